@@ -1,0 +1,309 @@
+"""``sapgrid bench``: sapgrid's own benchmark, needing nothing outside the project.
+
+For every scenario x size it generates the trace in memory
+(:mod:`sapgrid.traces`, the benchmark kit's rules), replays it through
+``sapcore.World`` and, in the same run, through the numpy sort-and-sweep
+recomputed from scratch every tick (the "peer", the kit's ``numpy-sap``), and
+prints a markdown table of per-tick median / p95 ms and the ratio
+peer / sapgrid. The final pairs of sapgrid are checked against the exact
+oracle (the peer's state after the whole trace).
+
+Then, at the largest size (crowd2d layout), the costs a user asks about:
+
+- batch insert of N boxes into an empty world (ms; ratio to one full-motion tick),
+- a still tick: a step with no operations, and a step that "updates" every
+  object with its unchanged box (ms; % of a full-motion tick),
+- batch remove of 10% of the objects in one step (ms),
+- memory: ``World.memory_bytes()`` if the engine has it, else the tracemalloc
+  delta of building the world (bytes per object and per active pair),
+- the apply phase (sum of ``delta.stats.apply_s``) with 1 vs 2 threads.
+
+Timings are wall times of ``world.step`` (nearest-rank quantiles, as the kit).
+``--json`` ends the output with one JSON line holding everything.
+With ``--server`` the service is benchmarked instead (``sapgrid.bench_server``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+
+import sapcore
+from sapgrid import replay as rp
+from sapgrid import traces
+
+DEFAULT_SIZES = "10000,100000"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``sapgrid bench``."""
+    parser.add_argument("--scenarios", default=",".join(traces.SCENARIOS),
+                        help=f"comma list from {','.join(traces.SCENARIOS)}")
+    parser.add_argument("--sizes", default=DEFAULT_SIZES, help="comma list of object counts")
+    parser.add_argument("--ticks", type=int, default=100, help="ticks per trace (default 100)")
+    parser.add_argument("--seed", type=int, default=1, help="trace seed (default 1, as the kit)")
+    parser.add_argument("--threads", type=int, default=None, help="cell-apply threads (default: all cores)")
+    parser.add_argument("--peer-budget", type=float, default=10.0,
+                        help="seconds per trace for the numpy peer (build + ticks; default 10, as the kit)")
+    parser.add_argument("--budget", type=float, default=120.0,
+                        help="seconds per trace for sapgrid (build + ticks; default 120)")
+    parser.add_argument("--no-peer", action="store_true", help="skip the numpy peer")
+    parser.add_argument("--no-extras", action="store_true",
+                        help="skip insert/remove/still-tick/memory/threads measurements")
+    parser.add_argument("--json", action="store_true", help="end the output with one JSON line of all results")
+    rp._add_once(parser, "--server", default=None, metavar="HOST:PORT",
+                 help="benchmark a sapgrid server instead (sapgrid.bench_server)")
+
+
+# --------------------------------------------------------------------------
+# one trace: sapgrid vs the peer
+# --------------------------------------------------------------------------
+def run_peer(trace: traces.Trace, budget_s: float) -> dict:
+    """Time the recompute peer on ``trace`` (stops once build + ticks > budget_s), then
+    finish applying the trace untimed; return timings and the exact final id keys."""
+    peer = traces.RecomputePeer(trace)
+    t0 = time.perf_counter()
+    peer.build()
+    build_ms = (time.perf_counter() - t0) * 1e3
+    spent, times = build_ms / 1e3, []
+    t = 0
+    while t < trace.ticks:
+        s = time.perf_counter()
+        peer.tick(t)
+        dt = time.perf_counter() - s
+        times.append(dt * 1e3)
+        spent += dt
+        t += 1
+        if spent > budget_s:
+            break
+    for u in range(t, trace.ticks):          # untimed: just reach the final state
+        peer.apply(u)
+    if t < trace.ticks:
+        peer.keys = peer.pairs()
+    return dict(build_ms=build_ms, ticks_done=len(times), final_keys=peer.id_keys(), **rp.timing_summary(times))
+
+
+def run_sapgrid(trace: traces.Trace, threads, budget_s: float, cells=None) -> tuple[dict, rp.ReplayResult]:
+    """Replay ``trace`` through a fresh in-process World; (summary dict, raw result)."""
+    cfg = rp.make_config(trace, threads, cells)
+    world = sapcore.World(cfg)
+    res = rp.replay(world, trace, budget_s=budget_s)
+    out = dict(build_ms=res.build_ms, ticks_done=res.ticks_done, cells=list(cfg.cells),
+               apply_s=res.apply_s, **rp.timing_summary(res.times_ms))
+    if res.final_keys is not None:
+        out["final_pairs"] = int(len(res.final_keys))
+    mem = getattr(world, "memory_bytes", None)
+    if callable(mem):
+        out["memory_bytes"] = int(mem())
+    return out, res
+
+
+def bench_trace(name: str, args, warmed: set) -> dict:
+    """Generate one trace and time both engines on it; one result row."""
+    t0 = time.perf_counter()
+    trace = traces.Trace.generate(name, args.ticks, args.seed)
+    gen_s = time.perf_counter() - t0
+    if trace.dims not in warmed:
+        rp.warm_up(trace.dims, args.threads)
+        warmed.add(trace.dims)
+    row = dict(trace=name, objects=int(len(trace.init_ids)), ticks=trace.ticks, gen_s=gen_s)
+    sg, res = run_sapgrid(trace, args.threads, args.budget)
+    row["sapgrid"] = sg
+    if not args.no_peer:
+        peer = run_peer(trace, args.peer_budget)
+        want = peer.pop("final_keys")
+        row["peer"] = peer
+        peer_med, sg_med = peer["median_ms"], sg["median_ms"]
+        row["ratio"] = peer_med / sg_med if peer_med and sg_med else None
+        if res.final_keys is None:
+            row["check"] = "partial"
+        elif np.array_equal(res.final_keys, want):
+            row["check"] = "ok"
+        else:
+            row["check"] = f"MISMATCH ({len(res.final_keys)} pairs, exact {len(want)})"
+        row["exact_pairs"] = int(len(want))
+    return row
+
+
+# --------------------------------------------------------------------------
+# the extras, at the largest size
+# --------------------------------------------------------------------------
+def _median_ms(fn, reps: int) -> float:
+    ts = []
+    for _ in range(reps):
+        s = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - s) * 1e3)
+    return rp.nearest_rank(np.sort(ts), 0.5)
+
+
+def bench_extras(n: int, args, full_tick_ms: float | None) -> dict:
+    """Insert / still tick / remove / memory / threads on a crowd2d-n world."""
+    ticks = max(1, min(args.ticks, 30))
+    trace = traces.Trace.generate(f"crowd2d-{n}", ticks, args.seed)
+    rp.warm_up(2, args.threads)
+    cfg = rp.make_config(trace, args.threads)
+    ids = trace.init_ids.astype(np.uint64)
+    boxes = trace.init_boxes
+    out = dict(objects=n, cells=list(cfg.cells), threads=args.threads)
+
+    # batch insert into an empty world (+ memory)
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    world = sapcore.World(cfg)
+    s = time.perf_counter()
+    delta = world.step(add_ids=ids, add_boxes=boxes)
+    out["insert_ms"] = (time.perf_counter() - s) * 1e3
+    traced = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    pairs = int(len(delta.created))
+    mem_fn = getattr(world, "memory_bytes", None)
+    if callable(mem_fn):
+        mem, how = int(mem_fn()), "World.memory_bytes()"
+    else:
+        mem, how = int(traced), "tracemalloc delta of building the world"
+    out.update(pairs=pairs, memory_bytes=mem, memory_source=how, bytes_per_object=mem / n,
+               bytes_per_pair=mem / pairs if pairs else None)
+
+    # the full-motion reference tick (from the main table if crowd2d-n ran)
+    if full_tick_ms is None:
+        w2 = sapcore.World(cfg)
+        full_tick_ms = rp.timing_summary(rp.replay(w2, trace, final_pairs=False).times_ms)["median_ms"]
+        del w2
+    out["full_tick_ms"] = full_tick_ms
+    out["insert_vs_tick"] = out["insert_ms"] / full_tick_ms if full_tick_ms else None
+
+    # still ticks: nothing moves
+    out["still_empty_ms"] = _median_ms(lambda: world.step(), 21)
+    out["still_same_boxes_ms"] = _median_ms(lambda: world.step(update_ids=ids, update_boxes=boxes), 7)
+    if full_tick_ms:
+        out["still_empty_pct"] = 100.0 * out["still_empty_ms"] / full_tick_ms
+        out["still_same_boxes_pct"] = 100.0 * out["still_same_boxes_ms"] / full_tick_ms
+
+    # batch remove of 10%
+    gone = np.sort(np.random.default_rng(args.seed).choice(ids, size=max(1, n // 10), replace=False))
+    s = time.perf_counter()
+    delta = world.step(remove_ids=gone)
+    out["remove10_ms"] = (time.perf_counter() - s) * 1e3
+    out["remove10_pairs_deleted"] = int(len(delta.deleted))
+    del world
+
+    # apply phase with 1 vs 2 threads (same trace, same grid)
+    for k in (1, 2):
+        rp.warm_up(2, k)
+        w = sapcore.World(rp.make_config(trace, k, cfg.cells))
+        res = rp.replay(w, trace, final_pairs=False)
+        out[f"apply_s_t{k}"] = res.apply_s
+        out[f"tick_median_ms_t{k}"] = rp.timing_summary(res.times_ms)["median_ms"]
+        del w
+    out["apply_ticks"] = ticks
+    out["apply_speedup"] = out["apply_s_t1"] / out["apply_s_t2"] if out["apply_s_t2"] else None
+    return out
+
+
+# --------------------------------------------------------------------------
+# output
+# --------------------------------------------------------------------------
+def _f(v, spec=".3f"):
+    return "–" if v is None else format(v, spec)
+
+
+def _size(b: int) -> str:
+    return f"{b / 2**20:.1f} MiB" if b >= 2**20 else f"{b / 2**10:.1f} KiB"
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown table of the per-trace rows."""
+    head = ("| trace | objects | sapgrid ticks | sapgrid median ms | sapgrid p95 ms | sapgrid build ms "
+            "| peer ticks | peer median ms | peer p95 ms | peer/sapgrid | final pairs | check |")
+    lines = [head, "|" + "---|" * 12]
+    for r in rows:
+        sg, pe = r["sapgrid"], r.get("peer") or {}
+        lines.append(
+            f"| {r['trace']} | {r['objects']} | {sg['ticks_done']}/{r['ticks']} | {_f(sg['median_ms'])} "
+            f"| {_f(sg['p95_ms'])} | {_f(sg['build_ms'], '.1f')} "
+            f"| {str(pe.get('ticks_done', '–')) + '/' + str(r['ticks']) if pe else '–'} "
+            f"| {_f(pe.get('median_ms'))} | {_f(pe.get('p95_ms'))} | {_f(r.get('ratio'), '.1f')}x "
+            f"| {sg.get('final_pairs', '–')} | {r.get('check', '–')} |")
+    return "\n".join(lines)
+
+
+def extras_text(x: dict) -> str:
+    """Markdown bullet list of the extras."""
+    n = x["objects"]
+    pct = lambda k: f" ({_f(x.get(k), '.1f')}% of a full-motion tick)" if x.get(k) is not None else ""  # noqa: E731
+    return "\n".join([
+        f"crowd2d, {n} objects, cells {'x'.join(map(str, x['cells']))}, threads {x['threads'] or 'auto'}:",
+        f"- batch insert of {n} boxes into an empty world: {_f(x['insert_ms'], '.1f')} ms "
+        f"= {_f(x['insert_vs_tick'], '.1f')}x a full-motion tick ({_f(x['full_tick_ms'])} ms)",
+        f"- still tick, empty step: {_f(x['still_empty_ms'])} ms{pct('still_empty_pct')}",
+        f"- still tick, all {n} updated with unchanged boxes: {_f(x['still_same_boxes_ms'])} ms"
+        f"{pct('still_same_boxes_pct')}",
+        f"- batch remove of 10% ({n // 10} objects, {x['remove10_pairs_deleted']} pairs deleted): "
+        f"{_f(x['remove10_ms'], '.1f')} ms",
+        f"- memory ({x['memory_source']}): {_size(x['memory_bytes'])} = "
+        f"{_f(x['bytes_per_object'], '.0f')} B/object, {_f(x['bytes_per_pair'], '.0f')} B/pair "
+        f"({x['pairs']} pairs)",
+        f"- apply phase over {x['apply_ticks']} full-motion ticks: 1 thread {_f(x['apply_s_t1'] * 1e3, '.1f')} ms, "
+        f"2 threads {_f(x['apply_s_t2'] * 1e3, '.1f')} ms -> speed-up {_f(x['apply_speedup'], '.2f')}x "
+        f"(tick median {_f(x['tick_median_ms_t1'])} vs {_f(x['tick_median_ms_t2'])} ms)",
+    ])
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``sapgrid bench``; return the exit status (1 if any check failed)."""
+    if getattr(args, "server", None):
+        from sapgrid import bench_server
+        return bench_server.run(args)
+    try:
+        scens = [s for s in args.scenarios.split(",") if s]
+        sizes = [int(v) for v in str(args.sizes).split(",") if v]
+        names = [f"{s}-{n}" for s in scens for n in sizes]
+        for nm in names:
+            traces.parse_name(nm)
+        if args.ticks < 1:
+            raise ValueError("--ticks must be >= 1")
+    except ValueError as e:
+        print(f"sapgrid bench: {e}", file=sys.stderr)
+        return 2
+    t_start = time.perf_counter()
+    rows, warmed = [], set()
+    for nm in names:
+        row = bench_trace(nm, args, warmed)
+        sg, pe = row["sapgrid"], row.get("peer") or {}
+        print(f"{nm}: sapgrid median {_f(sg['median_ms'])} ms, peer median {_f(pe.get('median_ms'))} ms, "
+              f"check {row.get('check', '–')}", flush=True)
+        rows.append(row)
+    print()
+    print(table(rows))
+    extras = None
+    if not args.no_extras and sizes:
+        n = max(sizes)
+        ref = next((r["sapgrid"]["median_ms"] for r in rows if r["trace"] == f"crowd2d-{n}"), None)
+        extras = bench_extras(n, args, ref)
+        print()
+        print(extras_text(extras))
+    total_s = time.perf_counter() - t_start
+    print(f"\n_{len(rows)} traces, {args.ticks} ticks each, threads {args.threads or 'auto'}; "
+          f"total {total_s:.0f} s_", flush=True)
+    if args.json:
+        print(json.dumps(dict(bench="sapgrid", ticks=args.ticks, seed=args.seed, threads=args.threads,
+                              rows=rows, extras=extras, total_s=total_s)), flush=True)
+    bad = [r for r in rows if str(r.get("check", "ok")).startswith("MISMATCH")]
+    return 1 if bad else 0
+
+
+def main(argv=None) -> int:
+    """Stand-alone entry (``python -m sapgrid.bench``); the CLI calls :func:`run`."""
+    ap = argparse.ArgumentParser(prog="sapgrid bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(ap)
+    return run(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
