@@ -1,0 +1,13 @@
+"""numba settings shared by every sapcore kernel (one place, as stumpy's config.py).
+
+Kernels are compiled once and cached on disk (``cache=True``); they release the GIL (``nogil=True``)
+so the server's event loop and other worlds keep running while a frame is applied. No kernel takes a
+callback, so every one of them can be cached.
+"""
+import numba
+
+NJIT = dict(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+NJIT_PARALLEL = dict(NJIT, parallel=True)
+
+njit = numba.njit
+prange = numba.prange

@@ -1,0 +1,124 @@
+"""Arena kernels: move cell regions (SAP boxes and endpoints) to new places, and recompute the pair
+events of cells whose event slice overflowed."""
+import numpy as np
+
+from .._numba import NJIT, njit
+from .hashing import EVENT_REMOVED
+from .pair_set import pair_set_find
+from .sap_cell import cell_all_pairs
+
+
+@njit(**NJIT)
+def cells_move(cells, new_base, new_cap, dims, cell_n, cell_base, cell_cap,
+               old_h, old_pos, old_val, old_dat, bx_h, bx_pos, ep_val, ep_dat):
+    """Copy the SAP regions of ``cells`` to ``new_base`` (box units) with capacity ``new_cap``.
+
+    The old and new arrays may be the same objects only when the regions do not overlap.
+    """
+    for i in range(cells.shape[0]):
+        c = cells[i]
+        n = cell_n[c]
+        ob = cell_base[c]
+        nb = new_base[i]
+        for s in range(n):
+            bx_h[nb + s] = old_h[ob + s]
+            for k in range(2 * dims):
+                bx_pos[nb + s, k] = old_pos[ob + s, k]
+        for a in range(dims):
+            ep_val[a, 2 * nb] = -np.inf
+            ep_dat[a, 2 * nb] = -1
+            for e in range(1, 2 * n + 1):
+                ep_val[a, 2 * nb + e] = old_val[a, 2 * ob + e]
+                ep_dat[a, 2 * nb + e] = old_dat[a, 2 * ob + e]
+        cell_base[c] = nb
+        cell_cap[c] = new_cap[i]
+
+
+@njit(**NJIT)
+def cells_recompute_events(touched, over, dims, cat, msk, static, cell_n, cell_base, bx_h, bx_pos,
+                           ep_dat, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys,
+                           ev_key, ev_off, ev_n):
+    """Rebuild the event buffer with exact events for the cells whose slice overflowed.
+
+    For such a cell the SAP is already up to date; its pairs are recomputed from scratch and the events
+    become the difference with its pair set (which still holds the state before the frame).
+    Returns (ev_key, ev_off, ev_n), new arrays.
+    """
+    nt = touched.shape[0]
+    empty = np.empty(0, np.uint64)
+    # pass 1: size and fill the full pair lists of the overflowed cells
+    full_off = np.zeros(nt + 1, np.int64)
+    for t in range(nt):
+        k = 0
+        if over[t]:
+            k = cell_all_pairs(touched[t], dims, cat, msk, static, cell_n, cell_base, bx_h, bx_pos,
+                               ep_dat, empty, 0)
+        full_off[t + 1] = full_off[t] + k
+    full = np.empty(full_off[nt], np.uint64)
+    for t in range(nt):
+        if over[t]:
+            cell_all_pairs(touched[t], dims, cat, msk, static, cell_n, cell_base, bx_h, bx_pos, ep_dat,
+                           full[full_off[t]:full_off[t + 1]], 0)
+            full[full_off[t]:full_off[t + 1]].sort()
+    # pass 2: sizes of the new slices
+    new_n = ev_n.copy()
+    for t in range(nt):
+        if not over[t]:
+            continue
+        c = touched[t]
+        sb = cell_pm_base[c]
+        cap = cell_pm_cap[c]
+        k = 0
+        for i in range(full_off[t], full_off[t + 1]):
+            if pair_set_find(pm_slots, pm_keys, sb, cap, sb // 2, full[i]) < 0:
+                k += 1
+        f = full[full_off[t]:full_off[t + 1]]
+        for p in range(cell_pm_n[c]):
+            key = pm_keys[sb // 2 + p]
+            j = np.searchsorted(f, key)
+            if j >= f.shape[0] or f[j] != key:
+                k += 1
+        new_n[t] = k
+    new_off = np.zeros(nt + 1, np.int64)
+    for t in range(nt):
+        new_off[t + 1] = new_off[t] + new_n[t]
+    out = np.empty(new_off[nt], np.uint64)
+    for t in range(nt):
+        w = new_off[t]
+        if not over[t]:
+            for r in range(ev_n[t]):
+                out[w + r] = ev_key[ev_off[t] + r]
+            continue
+        c = touched[t]
+        sb = cell_pm_base[c]
+        cap = cell_pm_cap[c]
+        f = full[full_off[t]:full_off[t + 1]]
+        for p in range(cell_pm_n[c]):
+            key = pm_keys[sb // 2 + p]
+            j = np.searchsorted(f, key)
+            if j >= f.shape[0] or f[j] != key:
+                out[w] = key | EVENT_REMOVED
+                w += 1
+        for i in range(f.shape[0]):
+            if pair_set_find(pm_slots, pm_keys, sb, cap, sb // 2, f[i]) < 0:
+                out[w] = f[i]
+                w += 1
+    return out, new_off, new_n
+
+
+@njit(**NJIT)
+def objects_query(boxes, alive, dims, region, out):
+    """Handles of live boxes intersecting ``region`` (inclusive); returns the count written to out."""
+    k = 0
+    for h in range(alive.shape[0]):
+        if alive[h] == 0:
+            continue
+        ok = True
+        for a in range(dims):
+            if not (boxes[h, a] <= region[dims + a] and region[a] <= boxes[h, dims + a]):
+                ok = False
+                break
+        if ok:
+            out[k] = h
+            k += 1
+    return k

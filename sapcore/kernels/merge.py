@@ -1,0 +1,151 @@
+"""Pair-manager kernels of a frame: net each cell's events in its pair set, then merge the cells.
+
+Per-cell pair sets (001 §6): flags per pair, ``ACTIVE`` (the pair exists) and ``NEW`` (created in this
+frame). An event adds or removes a pair; a pair added then removed within the frame disappears without a
+trace, a removed pair stays (inactive) until the end of the frame so that a re-add revives it. The keys
+touched are kept in a "changed" list, written in place over the cell's events, and the cell's netted
+created/deleted pairs are written over it in turn.
+
+World merge: a pair may live in several cells. The world keeps per pair the number of cells holding it
+and reports ``created`` when that count goes 0 -> 1 and ``deleted`` when it goes 1 -> 0, netted over the
+whole frame. It runs serially over the touched cells in their (deterministic) order.
+"""
+import numpy as np
+
+from .._numba import NJIT, NJIT_PARALLEL, njit, prange
+from .hashing import EVENT_REMOVED, KEY_MASK
+from .pair_set import pair_set_find, pair_set_find_slot, pair_set_insert, pair_set_remove_slot, pair_set_rehash
+
+ACTIVE = np.uint8(1)
+NEW = np.uint8(2)
+_TOUCH = np.int32(1 << 30)
+
+
+@njit(**NJIT)
+def cell_net(ev_key, eo, cnt, pm_slots, pm_keys, pm_flag, sb, cap, n):
+    """Net one cell's events into its pair set; returns (new pair count, netted event count)."""
+    pb = sb // 2
+    w = 0
+    for r in range(cnt):
+        ek = ev_key[eo + r]
+        key = ek & KEY_MASK
+        if (ek & EVENT_REMOVED) == 0:
+            p = pair_set_find(pm_slots, pm_keys, sb, cap, pb, key)
+            if p >= 0:
+                pm_flag[pb + p] |= ACTIVE          # removed earlier in this frame: revived
+            else:
+                n = pair_set_insert(pm_slots, pm_keys, pm_flag, sb, cap, pb, n, key, ACTIVE | NEW)
+                ev_key[eo + w] = key
+                w += 1
+        else:
+            i = pair_set_find_slot(pm_slots, pm_keys, sb, cap, pb, key)
+            p = pm_slots[sb + i]
+            if (pm_flag[pb + p] & NEW) != 0:
+                n = pair_set_remove_slot(pm_slots, pm_keys, pm_flag, sb, cap, pb, n, i)
+            else:
+                pm_flag[pb + p] = 0
+                ev_key[eo + w] = key
+                w += 1
+    o = 0
+    for r in range(w):
+        key = ev_key[eo + r]
+        i = pair_set_find_slot(pm_slots, pm_keys, sb, cap, pb, key)
+        if i < 0:
+            continue
+        p = pm_slots[sb + i]
+        f = pm_flag[pb + p]
+        if (f & ACTIVE) == 0:
+            n = pair_set_remove_slot(pm_slots, pm_keys, pm_flag, sb, cap, pb, n, i)
+            ev_key[eo + o] = key | EVENT_REMOVED
+            o += 1
+        elif (f & NEW) != 0:
+            pm_flag[pb + p] = ACTIVE
+            ev_key[eo + o] = key
+            o += 1
+    return n, o
+
+
+@njit(**NJIT_PARALLEL)
+def cells_net(touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_n,
+              pm_slots, pm_keys, pm_flag, out_n):
+    for t in prange(touched.shape[0]):
+        c = touched[t]
+        if ev_n[t] == 0:
+            out_n[t] = 0
+            continue
+        n, o = cell_net(ev_key, ev_off[t], ev_n[t], pm_slots, pm_keys, pm_flag,
+                        cell_pm_base[c], cell_pm_cap[c], cell_pm_n[c])
+        cell_pm_n[c] = n
+        out_n[t] = o
+
+
+@njit(**NJIT)
+def world_merge(ev_key, ev_off, out_n, g_slots, g_keys, g_cnt, cap, gn):
+    """Merge the cells' netted events into the world's pair counts.
+
+    Returns (new pair count, created keys, deleted keys) with keys in handle space, unsorted.
+    """
+    total = 0
+    for t in range(out_n.shape[0]):
+        total += out_n[t]
+    ch_key = np.empty(total, np.uint64)
+    ch_orig = np.empty(total, np.int32)
+    nc = 0
+    for t in range(out_n.shape[0]):
+        eo = ev_off[t]
+        for r in range(out_n[t]):
+            ek = ev_key[eo + r]
+            key = ek & KEY_MASK
+            p = pair_set_find(g_slots, g_keys, 0, cap, 0, key)
+            if p < 0:
+                gn = pair_set_insert(g_slots, g_keys, g_cnt, 0, cap, 0, gn, key, _TOUCH)
+                p = gn - 1
+                ch_key[nc] = key
+                ch_orig[nc] = 0
+                nc += 1
+            elif (g_cnt[p] & _TOUCH) == 0:
+                ch_key[nc] = key
+                ch_orig[nc] = g_cnt[p]
+                nc += 1
+                g_cnt[p] |= _TOUCH
+            if (ek & EVENT_REMOVED) != 0:
+                g_cnt[p] -= 1
+            else:
+                g_cnt[p] += 1
+    created = np.empty(nc, np.uint64)
+    deleted = np.empty(nc, np.uint64)
+    ncr = 0
+    nde = 0
+    for r in range(nc):
+        key = ch_key[r]
+        i = pair_set_find_slot(g_slots, g_keys, 0, cap, 0, key)
+        p = g_slots[i]
+        now = g_cnt[p] & ~_TOUCH
+        if now == 0:
+            gn = pair_set_remove_slot(g_slots, g_keys, g_cnt, 0, cap, 0, gn, i)
+            if ch_orig[r] > 0:
+                deleted[nde] = key
+                nde += 1
+        else:
+            g_cnt[p] = now
+            if ch_orig[r] == 0:
+                created[ncr] = key
+                ncr += 1
+    return gn, created[:ncr], deleted[:nde]
+
+
+@njit(**NJIT)
+def pair_sets_move(cells, new_base, new_cap, cell_pm_base, cell_pm_cap, cell_pm_n,
+                   old_slots, old_keys, old_flag, pm_slots, pm_keys, pm_flag):
+    """Move the pair sets of ``cells`` to new regions (bigger tables) and rehash them."""
+    for i in range(cells.shape[0]):
+        c = cells[i]
+        n = cell_pm_n[c]
+        ob = cell_pm_base[c] // 2
+        nb = new_base[i] // 2
+        for p in range(n):
+            pm_keys[nb + p] = old_keys[ob + p]
+            pm_flag[nb + p] = old_flag[ob + p]
+        pair_set_rehash(pm_slots, pm_keys, new_base[i], new_cap[i], nb, n)
+        cell_pm_base[c] = new_base[i]
+        cell_pm_cap[c] = new_cap[i]

@@ -1,0 +1,98 @@
+"""Frame validation kernels: find the first bad entry of a frame without changing anything."""
+import numpy as np
+
+from .._numba import NJIT, njit
+from .hashing import hash_u64
+from .idmap import idmap_find
+
+# reasons for a bad box (returned as codes, turned into messages by the World)
+BOX_OK = 0
+BOX_NAN = 1
+BOX_INF = 2
+BOX_MIN_GT_MAX = 3
+BOX_OUT_OF_RANGE = 4
+
+
+@njit(**NJIT)
+def boxes_check(boxes, dims, limit):
+    """First bad row of float32 boxes [K, 2*dims]: returns (row, code, axis) or (-1, 0, 0)."""
+    for i in range(boxes.shape[0]):
+        for a in range(dims):
+            lo = boxes[i, a]
+            hi = boxes[i, dims + a]
+            if np.isnan(lo) or np.isnan(hi):
+                return i, BOX_NAN, a
+            if np.isinf(lo) or np.isinf(hi):
+                return i, BOX_INF, a
+            if lo > hi:
+                return i, BOX_MIN_GT_MAX, a
+            if abs(lo) > limit or abs(hi) > limit:
+                return i, BOX_OUT_OF_RANGE, a
+    return -1, BOX_OK, 0
+
+
+@njit(**NJIT)
+def frame_check_ids(keys, vals, rem_ids, upd_ids, add_ids, rem_h, upd_h, mark):
+    """Resolve removes/updates to handles and check every id rule of a frame.
+
+    ``mark`` is a per-handle uint8 scratch array, all zero on entry and on return.
+    Returns (code, which, index): code 0 ok, 1 unknown id, 2 duplicate id, 3 live id re-added;
+    which 0 = remove_ids, 1 = update_ids, 2 = add_ids; index = row at fault.
+    """
+    code, which, index = 0, 0, -1
+    nr = rem_ids.shape[0]
+    nu = upd_ids.shape[0]
+    nr_done = 0
+    nu_done = 0
+    for i in range(nr):
+        h = idmap_find(keys, vals, rem_ids[i])
+        rem_h[i] = h
+        if h < 0:
+            code, which, index = 1, 0, i
+            break
+        if mark[h] != 0:
+            code, which, index = 2, 0, i
+            break
+        mark[h] = 1
+        nr_done = i + 1
+    if code == 0:
+        for i in range(nu):
+            h = idmap_find(keys, vals, upd_ids[i])
+            upd_h[i] = h
+            if h < 0:
+                code, which, index = 1, 1, i
+                break
+            if mark[h] != 0:
+                code, which, index = 2, 1, i
+                break
+            mark[h] = 1
+            nu_done = i + 1
+    # the scratch marks must come back all zero
+    for i in range(nr_done):
+        mark[rem_h[i]] = 0
+    for i in range(nu_done):
+        mark[upd_h[i]] = 0
+    if code != 0:
+        return code, which, index
+    # adds: not live, and no duplicate among themselves (a small scratch hash set)
+    na = add_ids.shape[0]
+    if na == 0:
+        return 0, 0, -1
+    cap = 16
+    while cap < 2 * na + 1:
+        cap *= 2
+    seen = np.empty(cap, np.uint64)
+    used = np.zeros(cap, np.uint8)
+    mask = cap - 1
+    for i in range(na):
+        k = add_ids[i]
+        if idmap_find(keys, vals, k) >= 0:
+            return 3, 2, i
+        j = np.int64(hash_u64(k) & np.uint64(mask))
+        while used[j] != 0:
+            if seen[j] == k:
+                return 2, 2, i
+            j = (j + 1) & mask
+        used[j] = 1
+        seen[j] = k
+    return 0, 0, -1

@@ -1,0 +1,520 @@
+"""A world: one multi-SAP grid (001 II §3c-d) behind a frame-at-a-time API.
+
+Structure: a grid of ``cells`` per axis over ``bounds``, wrapping outside them; an object is in every
+cell its box touches; each cell has its own array SAP and pair set (kernels/sap_cell.py, merge.py),
+all cells' arrays live in shared arenas owned by this class. The world keeps per pair the number of
+cells holding it and reports only the 0 -> 1 and 1 -> 0 transitions, netted over a frame.
+
+``World.step`` applies one frame, in numbered phases:
+  0. validate the whole frame (boxes, ids, limits); nothing changes before this passes
+  1. resolve handles (free slots are reused, but never within the frame that freed them)
+  2. rasterize: new boxes, cell ranges and flags; the touched cells and their entering objects (serial)
+  3. reserve room: cell regions, event slices (vectorised over the touched cells only)
+  4. apply every touched cell's SAP in parallel, GIL released: remove, update, insert -> pair events
+  5. cells whose event slice overflowed are recomputed exactly (never dropped)
+  6. net the events in each cell's pair set, in parallel
+  7. merge the cells' netted pairs into the world's pair counts (serial, deterministic)
+  8. finish: ids of the delta, free removed handles, clear the frame's flags
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numba
+import numpy as np
+
+from .errors import CapacityError, FrameError
+from .kernels import arena as karena
+from .kernels import grid as kgrid
+from .kernels import idmap as kid
+from .kernels import merge as kmerge
+from .kernels import sap_cell as ksap
+from .kernels import validate as kval
+from .kernels.hashing import capacity_for
+from .types import Delta, FrameStats, WorldConfig
+
+_BOX_REASON = {
+    kval.BOX_NAN: "NaN coordinate on axis {axis}",
+    kval.BOX_INF: "infinite coordinate on axis {axis}",
+    kval.BOX_MIN_GT_MAX: "min > max on axis {axis}",
+    kval.BOX_OUT_OF_RANGE: "|coordinate| on axis {axis} exceeds the supported range {limit:g}",
+}
+_EMPTY_PAIRS = np.zeros((0, 2), np.uint64)
+_LO32 = np.uint64(0xFFFFFFFF)
+_S32 = np.uint64(32)
+
+
+def auto_cells(dims: int, bounds, n_objects: int, per_cell: float = 12.0) -> tuple:
+    """Cells per axis for ``n_objects`` spread over ``bounds``: about ``per_cell`` objects a cell,
+    cells as cubic as the bounds allow (a flat axis gets one cell)."""
+    b = np.asarray(bounds, np.float64)
+    ext = np.maximum(b[dims:] - b[:dims], 1e-12)
+    target = max(1.0, n_objects / per_cell)
+    lo, hi = float(ext.max()) / target ** (1.0 / dims) / 64, float(ext.max())
+    for _ in range(100):  # cell side s such that prod(max(1, ext/s)) ~ target
+        s = math.sqrt(lo * hi)
+        if np.prod(np.maximum(1.0, ext / s)) > target:
+            lo = s
+        else:
+            hi = s
+    cells = np.maximum(1, np.round(ext / hi)).astype(np.int64)
+    while np.prod(cells) > (1 << 22):
+        cells = np.maximum(1, cells // 2)
+    return tuple(int(c) for c in cells)
+
+
+def _as_ids(x, field):
+    if x is None:
+        return np.zeros(0, np.uint64)
+    a = np.asarray(x)
+    if a.ndim != 1:
+        raise FrameError(field, -1, f"must be a 1-D array of ids, got shape {a.shape}")
+    if a.size == 0:
+        return np.zeros(0, np.uint64)
+    if a.dtype.kind == "i":
+        if (a < 0).any():
+            raise FrameError(field, int(np.flatnonzero(a < 0)[0]), "ids must be non-negative")
+    elif a.dtype.kind != "u":
+        raise FrameError(field, -1, f"ids must be integers, got dtype {a.dtype}")
+    return np.ascontiguousarray(a, np.uint64)
+
+
+class World:
+    """One named world of the service: a multi-SAP grid. See the module docstring."""
+
+    def __init__(self, config: WorldConfig):
+        self.config = config
+        d = self.dims = config.dims
+        C = np.ones(3, np.int64)
+        C[:d] = config.cells
+        self._C = C
+        b = np.asarray(config.bounds, np.float64)
+        self._bmin = np.zeros(3)
+        self._bmin[:d] = b[:d]
+        self._inv = np.ones(3)
+        self._inv[:d] = C[:d] / (b[d:] - b[:d])
+        self._threads = config.threads
+        self._coord_limit = np.float32(min(config.coord_limit, 3.0e38))
+        self.n_cells = int(np.prod(C))
+        self.frames = 0
+        # objects, by handle
+        self._next_handle = 0
+        self._free = np.zeros(0, np.int32)
+        self._alloc_objects(64)
+        self._idk = np.zeros(16, np.uint64)
+        self._idv = np.full(16, -1, np.int32)
+        # cells
+        nc = self.n_cells
+        self._cell_n = np.zeros(nc, np.int32)
+        self._cell_cap = np.zeros(nc, np.int32)
+        self._cell_base = np.zeros(nc, np.int64)
+        self._cell_stamp = np.zeros(nc, np.int64)
+        self._cell_tidx = np.zeros(nc, np.int32)
+        self._cell_pm_base = np.zeros(nc, np.int64)
+        self._cell_pm_cap = np.zeros(nc, np.int64)
+        self._cell_pm_n = np.zeros(nc, np.int32)
+        # SAP arena (box units; the endpoint arrays have two entries per unit)
+        self._top = 1
+        self._garbage = 0
+        self._alloc_sap_arena(1024)
+        # pair-set arena (slot units)
+        self._pm_top = 0
+        self._pm_garbage = 0
+        self._alloc_pm_arena(1024)
+        # world pair counts
+        self._g_cap = 16
+        self._g_slots = np.full(16, -1, np.int32)
+        self._g_keys = np.zeros(8, np.uint64)
+        self._g_cnt = np.zeros(8, np.int32)
+        self._gn = 0
+        # Workspace: event buffer, reused between frames
+        self._scratch_ev = np.zeros(1024, np.uint64)
+
+    # ------------------------------------------------------------------ storage
+    def _alloc_objects(self, cap):
+        old = getattr(self, "_obj_id", None)
+        d2 = 2 * self.dims
+        ids = np.zeros(cap, np.uint64)
+        boxes = np.zeros((cap, d2), np.float32)
+        cat = np.full(cap, 0xFFFFFFFF, np.uint32)
+        msk = np.full(cap, 0xFFFFFFFF, np.uint32)
+        static = np.zeros(cap, np.uint8)
+        alive = np.zeros(cap, np.uint8)
+        flag = np.zeros(cap, np.uint8)
+        crange = np.zeros((cap, 6), np.int32)
+        if old is not None:
+            k = old.shape[0]
+            ids[:k] = self._obj_id
+            boxes[:k] = self._obj_box
+            cat[:k] = self._obj_cat
+            msk[:k] = self._obj_mask
+            static[:k] = self._obj_static
+            alive[:k] = self._obj_alive
+            flag[:k] = self._obj_flag
+            crange[:k] = self._obj_crange
+        self._obj_id, self._obj_box, self._obj_cat, self._obj_mask = ids, boxes, cat, msk
+        self._obj_static, self._obj_alive, self._obj_flag, self._obj_crange = static, alive, flag, crange
+
+    def _alloc_sap_arena(self, units):
+        d = self.dims
+        self._bx_h = np.zeros(units, np.int32)
+        self._bx_pos = np.zeros((units, 2 * d), np.int32)
+        self._ep_val = np.zeros((d, 2 * units), np.float32)
+        self._ep_dat = np.zeros((d, 2 * units), np.int32)
+        self._scratch_slots = np.zeros((3, units), np.int32)
+
+    def _alloc_pm_arena(self, slots):
+        self._pm_slots = np.full(slots, -1, np.int32)
+        self._pm_keys = np.zeros(slots // 2, np.uint64)
+        self._pm_flag = np.zeros(slots // 2, np.uint8)
+
+    def _reserve_objects(self, k):
+        """Handles for k new objects: reuse free slots (oldest first), then fresh ones."""
+        take = min(k, self._free.shape[0])
+        h = np.empty(k, np.int32)
+        h[:take] = self._free[:take]
+        self._free = self._free[take:]
+        fresh = k - take
+        if fresh:
+            start = self._next_handle
+            if start + fresh > self._obj_id.shape[0]:
+                self._alloc_objects(max(2 * self._obj_id.shape[0], start + fresh))
+            h[take:] = np.arange(start, start + fresh, dtype=np.int32)
+            self._next_handle += fresh
+        return h
+
+    def _grow_idmap(self, count):
+        cap = capacity_for(count)
+        if cap > self._idk.shape[0]:
+            keys = np.zeros(cap, np.uint64)
+            vals = np.full(cap, -1, np.int32)
+            kid.idmap_rebuild(self._idk, self._idv, keys, vals)
+            self._idk, self._idv = keys, vals
+
+    def _reserve_cells(self, touched, need):
+        """Give every touched cell room for ``need`` boxes (moving grown regions to the arena top)."""
+        cap = self._cell_cap[touched]
+        grow = need > cap
+        if not grow.any():
+            return
+        cells = touched[grow]
+        new_cap = np.maximum(np.maximum(need[grow], 2 * cap[grow]), 4).astype(np.int32)
+        size = new_cap.astype(np.int64) + 1
+        total = int(size.sum())
+        live = int(self._top - self._garbage)
+        if self._garbage > max(live, 1 << 16):
+            self._compact_sap(extra=total)
+        units = self._bx_h.shape[0]
+        if self._top + total > units:
+            self._grow_sap_arena(max(2 * units, self._top + total))
+        new_base = self._top + np.cumsum(size) - size
+        self._garbage += int((self._cell_cap[cells].astype(np.int64) + (self._cell_cap[cells] > 0)).sum())
+        karena.cells_move(cells, new_base, new_cap, self.dims, self._cell_n, self._cell_base, self._cell_cap,
+                          self._bx_h, self._bx_pos, self._ep_val, self._ep_dat,
+                          self._bx_h, self._bx_pos, self._ep_val, self._ep_dat)
+        self._top += total
+
+    def _grow_sap_arena(self, units):
+        old = (self._bx_h, self._bx_pos, self._ep_val, self._ep_dat)
+        k = old[0].shape[0]
+        self._alloc_sap_arena(units)
+        self._bx_h[:k] = old[0]
+        self._bx_pos[:k] = old[1]
+        self._ep_val[:, :2 * k] = old[2]
+        self._ep_dat[:, :2 * k] = old[3]
+
+    def _compact_sap(self, extra=0):
+        """Lay every occupied cell out again, densely, in fresh arrays."""
+        cells = np.flatnonzero(self._cell_cap > 0).astype(np.int32)
+        caps = self._cell_cap[cells]
+        size = caps.astype(np.int64) + 1
+        units = max(1024, int(2 * (size.sum() + extra)) + 1)
+        old = (self._bx_h, self._bx_pos, self._ep_val, self._ep_dat)
+        self._alloc_sap_arena(units)
+        new_base = 1 + np.cumsum(size) - size
+        karena.cells_move(cells, new_base, caps, self.dims, self._cell_n, self._cell_base, self._cell_cap,
+                          *old, self._bx_h, self._bx_pos, self._ep_val, self._ep_dat)
+        self._top = 1 + int(size.sum())
+        self._garbage = 0
+
+    def _reserve_pair_sets(self, touched, ev_n):
+        """Give every touched cell's pair set room for its events (load factor <= 1/2)."""
+        need = self._cell_pm_n[touched].astype(np.int64) + ev_n
+        cap = self._cell_pm_cap[touched]
+        grow = (2 * need > cap) & (ev_n > 0)
+        if not grow.any():
+            return
+        cells = touched[grow]
+        new_cap = np.maximum(16, 2 ** np.ceil(np.log2(2 * need[grow] + 1))).astype(np.int64)
+        new_cap = np.maximum(new_cap, 2 * cap[grow])
+        total = int(new_cap.sum())
+        if self._pm_garbage > max(self._pm_top - self._pm_garbage, 1 << 16):
+            self._compact_pm(extra=total)
+        slots = self._pm_slots.shape[0]
+        if self._pm_top + total > slots:
+            self._grow_pm_arena(max(2 * slots, self._pm_top + total))
+        new_base = self._pm_top + np.cumsum(new_cap) - new_cap
+        self._pm_garbage += int(self._cell_pm_cap[cells].sum())
+        kmerge.pair_sets_move(cells, new_base, new_cap, self._cell_pm_base, self._cell_pm_cap, self._cell_pm_n,
+                              self._pm_slots, self._pm_keys, self._pm_flag,
+                              self._pm_slots, self._pm_keys, self._pm_flag)
+        self._pm_top += total
+
+    def _grow_pm_arena(self, slots):
+        old = (self._pm_slots, self._pm_keys, self._pm_flag)
+        k = old[0].shape[0]
+        self._alloc_pm_arena(slots)
+        self._pm_slots[:k] = old[0]
+        self._pm_keys[:k // 2] = old[1]
+        self._pm_flag[:k // 2] = old[2]
+
+    def _compact_pm(self, extra=0):
+        cells = np.flatnonzero(self._cell_pm_cap > 0).astype(np.int32)
+        caps = self._cell_pm_cap[cells]
+        slots = max(1024, int(2 * (caps.sum() + extra)))
+        old = (self._pm_slots, self._pm_keys, self._pm_flag)
+        self._alloc_pm_arena(slots)
+        new_base = np.cumsum(caps) - caps
+        kmerge.pair_sets_move(cells, new_base, caps, self._cell_pm_base, self._cell_pm_cap, self._cell_pm_n,
+                              *old, self._pm_slots, self._pm_keys, self._pm_flag)
+        self._pm_top = int(caps.sum())
+        self._pm_garbage = 0
+
+    def _reserve_world_pairs(self, extra):
+        need = self._gn + extra
+        if 2 * need < self._g_cap:
+            return
+        cap = capacity_for(need)
+        keys = np.zeros(cap // 2, np.uint64)
+        cnt = np.zeros(cap // 2, np.int32)
+        keys[:self._gn] = self._g_keys[:self._gn]
+        cnt[:self._gn] = self._g_cnt[:self._gn]
+        slots = np.empty(cap, np.int32)
+        kmerge.pair_set_rehash(slots, keys, 0, cap, 0, self._gn)
+        self._g_cap, self._g_slots, self._g_keys, self._g_cnt = cap, slots, keys, cnt
+
+    # ------------------------------------------------------------------ frame
+    def _check_boxes(self, boxes, n, field):
+        d2 = 2 * self.dims
+        if boxes is None:
+            if n:
+                raise FrameError(field, -1, f"missing: {n} ids need {n} boxes")
+            return np.zeros((0, d2), np.float32)
+        b = np.asarray(boxes)
+        if b.dtype.kind not in "fiu":
+            raise FrameError(field, -1, f"boxes must be numbers, got dtype {b.dtype}")
+        if b.ndim == 1 and b.size == 0:
+            b = b.reshape(0, d2)
+        if b.ndim != 2 or b.shape[1] != d2:
+            raise FrameError(field, -1, f"must have shape [{n}, {d2}] (mins then maxs), got {b.shape}")
+        if b.shape[0] != n:
+            raise FrameError(field, -1, f"has {b.shape[0]} rows for {n} ids")
+        if b.dtype != np.float32 and b.size:
+            # values that overflow float32 are reported as out of range, not silently made infinite
+            with np.errstate(invalid="ignore", over="ignore"):
+                b64 = b.astype(np.float64)
+                bad = np.isfinite(b64) & (np.abs(b64) > float(self._coord_limit))
+            if bad.any():
+                r, col = np.argwhere(bad)[0]
+                raise FrameError(field, int(r), _BOX_REASON[kval.BOX_OUT_OF_RANGE].format(
+                    axis=int(col) % self.dims, limit=float(self._coord_limit)))
+            with np.errstate(invalid="ignore", over="ignore"):
+                b = b.astype(np.float32)
+        b = np.ascontiguousarray(b, np.float32)
+        row, code, axis = kval.boxes_check(b, self.dims, self._coord_limit)
+        if row >= 0:
+            raise FrameError(field, int(row), _BOX_REASON[code].format(axis=axis, limit=float(self._coord_limit)))
+        return b
+
+    @staticmethod
+    def _check_column(x, n, field, dtype, default):
+        if x is None:
+            return np.full(n, default, dtype)
+        a = np.asarray(x)
+        if a.ndim != 1 or a.shape[0] != n:
+            raise FrameError(field, -1, f"must be a 1-D array of {n} values, got shape {a.shape}")
+        if dtype is np.uint8:
+            return np.ascontiguousarray(a.astype(bool), np.uint8)
+        if a.size and a.dtype.kind == "i" and ((a < 0) | (a > 0xFFFFFFFF)).any():
+            raise FrameError(field, int(np.flatnonzero((a < 0) | (a > 0xFFFFFFFF))[0]), "must fit in uint32")
+        if a.size and a.dtype.kind not in "iub":
+            raise FrameError(field, -1, f"must be integers, got dtype {a.dtype}")
+        return np.ascontiguousarray(a, dtype)
+
+    def step(self, remove_ids=None, add_ids=None, add_boxes=None, add_category=None, add_mask=None,
+             add_static=None, update_ids=None, update_boxes=None) -> Delta:
+        """Apply one frame (removes, then updates, then adds) atomically; return its delta.
+
+        ids: uint64 [K]; boxes: float32 [K, 2*dims] (mins then maxs); category/mask: uint32 [A];
+        static: bool [A]. Raises FrameError / CapacityError and changes nothing if the frame is invalid.
+        """
+        t0 = time.perf_counter()
+        # phase 0: validate everything before anything changes
+        rem = _as_ids(remove_ids, "remove_ids")
+        upd = _as_ids(update_ids, "update_ids")
+        add = _as_ids(add_ids, "add_ids")
+        upd_boxes = self._check_boxes(update_boxes, upd.shape[0], "update_boxes")
+        add_boxes = self._check_boxes(add_boxes, add.shape[0], "add_boxes")
+        na = add.shape[0]
+        add_cat = self._check_column(add_category, na, "add_category", np.uint32, 0xFFFFFFFF)
+        add_msk = self._check_column(add_mask, na, "add_mask", np.uint32, 0xFFFFFFFF)
+        add_static = self._check_column(add_static, na, "add_static", np.uint8, 0)
+        rem_h = np.empty(rem.shape[0], np.int32)
+        upd_h = np.empty(upd.shape[0], np.int32)
+        code, which, index = kval.frame_check_ids(self._idk, self._idv, rem, upd, add, rem_h, upd_h,
+                                                  self._obj_flag)
+        if code:
+            field = ("remove_ids", "update_ids", "add_ids")[which]
+            idv = (rem, upd, add)[which][index]
+            reason = {1: f"unknown id {idv}",
+                      2: f"id {idv} appears more than once in the frame",
+                      3: f"id {idv} is already live (an id appears at most once in a frame)"}[code]
+            raise FrameError(field, index, reason)
+        live = self.object_count
+        if live - rem.shape[0] + na > self.config.max_objects:
+            raise CapacityError("add_ids", f"the world would hold {live - rem.shape[0] + na} objects, "
+                                           f"more than its limit of {self.config.max_objects}")
+        t1 = time.perf_counter()
+        stats = FrameStats(validate_s=t1 - t0)
+        if self._threads is not None:
+            numba.set_num_threads(min(self._threads, numba.config.NUMBA_NUM_THREADS))
+        self.frames += 1
+        frame = self.frames
+
+        # phase 1: handles of the new objects (handles freed by this frame are released in phase 8)
+        add_h = self._reserve_objects(na)
+        if na:
+            self._grow_idmap(live + na)
+            kid.idmap_insert_many(self._idk, self._idv, add, add_h)
+            self._obj_id[add_h] = add
+            self._obj_cat[add_h] = add_cat
+            self._obj_mask[add_h] = add_msk
+            self._obj_static[add_h] = add_static
+            self._obj_alive[add_h] = 1
+
+        # phase 2: rasterize (serial)
+        touched, ent_off, ent_h = kgrid.grid_rasterize(
+            self.dims, self._bmin, self._inv, self._C, self._obj_box, self._obj_crange, self._obj_flag,
+            rem_h, upd_h, upd_boxes, add_h, add_boxes, self._cell_stamp, self._cell_tidx, frame)
+        t2 = time.perf_counter()
+        stats.rasterize_s = t2 - t1
+
+        # phase 3: room for the touched cells and their events
+        nt = touched.shape[0]
+        n_ent = np.diff(ent_off)
+        cell_n = self._cell_n[touched].astype(np.int64)
+        self._reserve_cells(touched, cell_n + n_ent)
+        ev_cap = 16 + self._cell_pm_n[touched] + 2 * cell_n + 4 * n_ent
+        ev_off = np.zeros(nt + 1, np.int64)
+        np.cumsum(ev_cap, out=ev_off[1:])
+        if ev_off[-1] > self._scratch_ev.shape[0]:
+            self._scratch_ev = np.zeros(int(ev_off[-1] * 1.5), np.uint64)
+        ev_key = self._scratch_ev
+        ev_n = np.zeros(nt, np.int64)
+        swaps = np.zeros(nt, np.int64)
+
+        # phase 4: every touched cell's SAP, in parallel
+        ksap.cells_apply(touched, ent_off, ent_h, self.dims, self._C, self._obj_flag, self._obj_crange,
+                         self._obj_box, self._obj_cat, self._obj_mask, self._obj_static,
+                         self._cell_n, self._cell_base, self._bx_h, self._bx_pos, self._ep_val, self._ep_dat,
+                         self._scratch_slots, self._cell_pm_base, self._cell_pm_n, self._pm_keys,
+                         ev_key, ev_off, ev_n, swaps)
+        # phase 5: overflowed event slices are recomputed exactly
+        over = ev_n > ev_cap
+        if over.any():
+            stats.cell_overflows = int(over.sum())
+            ev_key, ev_off, ev_n = karena.cells_recompute_events(
+                touched, over, self.dims, self._obj_cat, self._obj_mask, self._obj_static, self._cell_n,
+                self._cell_base, self._bx_h, self._bx_pos, self._ep_dat, self._cell_pm_base, self._cell_pm_cap,
+                self._cell_pm_n, self._pm_slots, self._pm_keys, ev_key, ev_off, ev_n)
+        t3 = time.perf_counter()
+
+        # phase 6: net the events in each cell's pair set, in parallel
+        self._reserve_pair_sets(touched, ev_n)
+        out_n = np.zeros(nt, np.int64)
+        kmerge.cells_net(touched, ev_key, ev_off, ev_n, self._cell_pm_base, self._cell_pm_cap, self._cell_pm_n,
+                         self._pm_slots, self._pm_keys, self._pm_flag, out_n)
+        t4 = time.perf_counter()
+        stats.apply_s = t4 - t2
+
+        # phase 7: merge into the world's pair counts (serial)
+        self._reserve_world_pairs(int(out_n.sum()))
+        self._gn, created, deleted = kmerge.world_merge(ev_key, ev_off, out_n, self._g_slots, self._g_keys,
+                                                        self._g_cnt, self._g_cap, self._gn)
+        created = self._keys_to_id_pairs(created)
+        deleted = self._keys_to_id_pairs(deleted)
+
+        # phase 8: release removed objects, clear the frame's flags
+        if rem_h.shape[0]:
+            kid.idmap_remove_many(self._idk, self._idv, rem)
+            self._obj_alive[rem_h] = 0
+            self._free = np.concatenate([self._free, rem_h])
+        self._obj_flag[rem_h] = 0
+        self._obj_flag[upd_h] = 0
+        self._obj_flag[add_h] = 0
+        t5 = time.perf_counter()
+        stats.merge_s = t5 - t4
+        stats.total_s = t5 - t0
+        stats.objects = self.object_count
+        stats.pairs = self._gn
+        stats.created = created.shape[0]
+        stats.deleted = deleted.shape[0]
+        stats.swaps = int(swaps.sum())
+        stats.cells_touched = nt
+        return Delta(created, deleted, stats)
+
+    def _keys_to_id_pairs(self, keys):
+        """Handle-pair keys -> sorted uint64 [K, 2] rows of (low id, high id)."""
+        if keys.shape[0] == 0:
+            return _EMPTY_PAIRS.copy()
+        a = self._obj_id[(keys >> _S32).astype(np.int64)]
+        b = self._obj_id[(keys & _LO32).astype(np.int64)]
+        lo = np.minimum(a, b)
+        hi = np.maximum(a, b)
+        if hi.max() <= _LO32:
+            order = np.argsort((lo << _S32) | hi)
+        else:
+            order = np.lexsort((hi, lo))
+        return np.stack([lo[order], hi[order]], axis=1)
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def object_count(self) -> int:
+        return self._next_handle - self._free.shape[0]
+
+    @property
+    def pair_count(self) -> int:
+        return self._gn
+
+    def pairs(self) -> np.ndarray:
+        """All active pairs: uint64 [P, 2] rows (low id, high id), sorted."""
+        return self._keys_to_id_pairs(self._g_keys[:self._gn].copy())
+
+    def query(self, region) -> np.ndarray:
+        """Sorted ids (uint64) of the live boxes intersecting ``region`` (2*dims floats, inclusive)."""
+        r = np.asarray(region, np.float64).reshape(-1)
+        if r.shape[0] != 2 * self.dims or not np.isfinite(r).all() or (r[:self.dims] > r[self.dims:]).any():
+            raise FrameError("region", -1, f"must be {2 * self.dims} finite values, mins <= maxs")
+        out = np.empty(self._next_handle, np.int32)
+        k = karena.objects_query(self._obj_box, self._obj_alive[:self._next_handle], self.dims,
+                                 r.astype(np.float32), out)
+        return np.sort(self._obj_id[out[:k]])
+
+    def ids(self) -> np.ndarray:
+        return np.sort(self._obj_id[:self._next_handle][self._obj_alive[:self._next_handle] != 0])
+
+    def boxes(self, ids) -> np.ndarray:
+        ids = _as_ids(ids, "ids")
+        h = np.empty(ids.shape[0], np.int32)
+        first = kid.idmap_find_many(self._idk, self._idv, ids, h)
+        if first >= 0:
+            raise FrameError("ids", int(first), f"unknown id {ids[first]}")
+        return self._obj_box[h].copy()
+
+    def cell_occupancy(self) -> np.ndarray:
+        return self._cell_n.astype(np.int64)
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the world's arrays (objects, id map, arenas, pair sets, workspaces)."""
+        return int(sum(v.nbytes for v in vars(self).values() if isinstance(v, np.ndarray)))
