@@ -1,0 +1,229 @@
+"""``sapgrid bench --server HOST:PORT``: benchmark the service over loopback gRPC.
+
+1. Round trip, crowd2d-10k (every object moves every tick): one stream, one frame at a time;
+   per tick the wall time from sending the frame to receiving its delta. Median and p99.
+2. Throughput, crowd2d-100k: all ticks pipelined over one stream (``--window`` frames in flight);
+   frames per second sustained.
+3. Transport baseline: the same frame bytes over the bench-only ``EchoService.EchoStream`` (reply of
+   the same size as the frame's answer). Reports (round trip - engine time) / echo round trip.
+
+Targets (printed as ok / MISSED): 10k median < 8 ms, p99 < 16 ms; 100k >= 20 frames/s; overhead
+ratio <= 1.25. ``--server spawn`` starts a server in a subprocess first. Frames are encoded before
+the timed loop (what is timed is the service, not numpy -> bytes in this client).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from sapgrid.client import Client
+from sapgrid.codec import encode_frame
+from sapgrid.v1 import echo_service_pb2 as echo_pb
+from sapgrid.v1 import echo_service_pb2_grpc as echo_grpc
+from sapgrid.v1 import sapgrid_service_pb2 as pb
+
+TARGETS = dict(rtt_median_ms=8.0, rtt_p99_ms=16.0, fps=20.0, overhead_ratio=1.25)
+
+
+def _add_once(parser, *flags, **kw):
+    if not any(f in parser._option_string_actions for f in flags):
+        parser.add_argument(*flags, **kw)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``sapgrid bench --server`` (shared ones are added only if missing)."""
+    _add_once(parser, "--server", default=None, metavar="HOST:PORT",
+              help='benchmark the server at HOST:PORT ("spawn": start one in a subprocess)')
+    _add_once(parser, "--ticks", type=int, default=100, help="ticks per trace (default 100)")
+    _add_once(parser, "--seed", type=int, default=1, help="trace seed (default 1)")
+    _add_once(parser, "--json", action="store_true", help="end the output with one JSON line of results")
+    _add_once(parser, "--rtt-objects", type=int, default=10_000, help="server bench: round-trip world size")
+    _add_once(parser, "--fps-objects", type=int, default=100_000, help="server bench: throughput world size")
+    _add_once(parser, "--fps-ticks", type=int, default=60, help="server bench: throughput ticks (default 60)")
+    _add_once(parser, "--window", type=int, default=4, help="server bench: frames in flight (default 4)")
+
+
+def _trace(n: int, ticks: int, seed: int) -> dict:
+    """crowd2d-N: every object moves every tick (sapgrid.traces)."""
+    from sapgrid import traces
+
+    return traces.generate(f"crowd2d-{n}", ticks=ticks, seed=seed)
+
+
+def _frames(tr: dict, world: str) -> tuple[pb.StreamFramesRequest, list[pb.StreamFramesRequest]]:
+    init = pb.StreamFramesRequest(frame=encode_frame(world, 0, add_ids=tr["init_ids"], add_boxes=tr["init_boxes"]))
+    out = []
+    off = tr["upd_off"]
+    for t in range(int(tr["ticks"])):
+        s, e = off[t], off[t + 1]
+        out.append(pb.StreamFramesRequest(frame=encode_frame(world, t + 1, update_ids=tr["upd_ids"][s:e],
+                                                             update_boxes=tr["upd_boxes"][s:e])))
+    return init, out
+
+
+def _q(a, p) -> float:
+    return float(np.percentile(np.asarray(a), p)) if len(a) else float("nan")
+
+
+def _world(client: Client, name: str, tr: dict) -> None:
+    try:
+        client.delete_world(name)
+    except Exception:
+        pass
+    client.create_world(name, dims=int(tr["dims"]), bounds=tuple(float(x) for x in tr["bounds"]),
+                        expected_objects=len(tr["init_ids"]))
+
+
+def bench_rtt(client: Client, n: int, ticks: int, seed: int) -> dict:
+    tr = _trace(n, ticks + 10, seed)
+    name = f"bench-rtt-{n}"
+    _world(client, name, tr)
+    init, frames = _frames(tr, name)
+    stream = client.stream(name)
+    try:
+        stream.send_message(init.frame)
+        stream.recv()
+        for f in frames[:10]:            # warm-up: JIT paths, connection windows
+            stream.send_message(f.frame)
+            stream.recv()
+        rtt, engine, server, reply_sizes = [], [], [], []
+        for f in frames[10:]:
+            t0 = time.perf_counter()
+            stream.send_message(f.frame)
+            d = stream.recv()
+            rtt.append(time.perf_counter() - t0)
+            engine.append(d.stats.total_s)
+            server.append(d.server_s)
+            reply_sizes.append(16 * (len(d.created) + len(d.deleted)) + 120)
+    finally:
+        stream.close()
+        client.delete_world(name)
+    rtt_ms, eng_ms = np.array(rtt) * 1e3, np.array(engine) * 1e3
+    sizes = [f.ByteSize() for f in frames[10:]]
+    return dict(objects=n, ticks=len(rtt), frame_bytes=int(np.median(sizes)),
+                reply_bytes=int(np.median(reply_sizes)),
+                rtt_median_ms=_q(rtt_ms, 50), rtt_p99_ms=_q(rtt_ms, 99), engine_median_ms=_q(eng_ms, 50),
+                server_median_ms=_q(np.array(server) * 1e3, 50),
+                overhead_median_ms=_q(rtt_ms - eng_ms, 50), payloads=[f.SerializeToString() for f in frames[10:]])
+
+
+def bench_echo(client: Client, payloads: list[bytes], reply_bytes: int) -> dict:
+    stub = echo_grpc.EchoServiceStub(client.channel)
+    import queue
+
+    q: queue.SimpleQueue = queue.SimpleQueue()
+    end = object()
+    responses = stub.EchoStream(iter(q.get, end))
+    rtt = []
+    try:
+        for i, p in enumerate(payloads + payloads[:10]):
+            t0 = time.perf_counter()
+            q.put(echo_pb.EchoStreamRequest(payload=p, reply_bytes=reply_bytes))
+            next(responses)
+            if i >= 10:
+                rtt.append(time.perf_counter() - t0)
+    finally:
+        q.put(end)
+        responses.cancel()
+    rtt_ms = np.array(rtt) * 1e3
+    return dict(echo_median_ms=_q(rtt_ms, 50), echo_p99_ms=_q(rtt_ms, 99))
+
+
+def bench_fps(client: Client, n: int, ticks: int, seed: int, window: int) -> dict:
+    tr = _trace(n, ticks, seed)
+    name = f"bench-fps-{n}"
+    _world(client, name, tr)
+    init, frames = _frames(tr, name)
+    stream = client.stream(name)
+    try:
+        stream.send_message(init.frame)
+        stream.recv()
+        warm = min(3, len(frames) // 4)
+        for f in frames[:warm]:
+            stream.send_message(f.frame)
+            stream.recv()
+        timed = frames[warm:]
+        engine = []
+        t0 = time.perf_counter()
+        sent = 0
+        for _ in range(len(timed)):
+            while sent < len(timed) and stream.in_flight < window:
+                stream.send_message(timed[sent].frame)
+                sent += 1
+            engine.append(stream.recv().stats.total_s)
+        elapsed = time.perf_counter() - t0
+    finally:
+        stream.close()
+        client.delete_world(name)
+    return dict(objects=n, ticks=len(timed), seconds=elapsed, fps=len(timed) / elapsed,
+                engine_median_ms=_q(np.array(engine) * 1e3, 50), frame_mb=timed[0].ByteSize() / 1e6)
+
+
+def _ok(good: bool) -> str:
+    return "ok" if good else "MISSED"
+
+
+def run(args: argparse.Namespace) -> int:
+    spawned = None
+    address = args.server
+    if address == "spawn":
+        from sapgrid.spawn import SpawnedServer
+
+        spawned = SpawnedServer("--default-world", "")
+        address = spawned.address
+    try:
+        with Client(address, timeout=600) as client:
+            client.wait_ready(30)
+            ticks = max(20, int(getattr(args, "ticks", 100) or 100))
+            seed = int(getattr(args, "seed", 1) or 1)
+            print(f"sapgrid bench --server {address}: crowd2d-{args.rtt_objects} round trip ({ticks} ticks)...",
+                  flush=True)
+            rtt = bench_rtt(client, args.rtt_objects, ticks, seed)
+            payloads = rtt.pop("payloads")
+            echo = bench_echo(client, payloads, rtt["reply_bytes"])
+            ratio = rtt["overhead_median_ms"] / echo["echo_median_ms"]
+            print(f"crowd2d-{args.fps_objects} throughput ({args.fps_ticks} ticks, window {args.window})...",
+                  flush=True)
+            fps = bench_fps(client, args.fps_objects, args.fps_ticks, seed, args.window)
+    finally:
+        if spawned is not None:
+            spawned.stop()
+    checks = dict(rtt_median=rtt["rtt_median_ms"] < TARGETS["rtt_median_ms"],
+                  rtt_p99=rtt["rtt_p99_ms"] < TARGETS["rtt_p99_ms"], fps=fps["fps"] >= TARGETS["fps"],
+                  overhead=ratio <= TARGETS["overhead_ratio"])
+    n1, n2 = args.rtt_objects, args.fps_objects
+    print()
+    print("| measure | value | target | |")
+    print("|---|---:|---:|---|")
+    print(f"| crowd2d-{n1} round trip median | {rtt['rtt_median_ms']:.2f} ms | < 8 ms | {_ok(checks['rtt_median'])} |")
+    print(f"| crowd2d-{n1} round trip p99 | {rtt['rtt_p99_ms']:.2f} ms | < 16 ms | {_ok(checks['rtt_p99'])} |")
+    print(f"| crowd2d-{n1} engine median | {rtt['engine_median_ms']:.2f} ms | | |")
+    print(f"| crowd2d-{n1} round trip - engine, median | {rtt['overhead_median_ms']:.2f} ms | | |")
+    print(f"| echo of the same bytes ({rtt['frame_bytes'] / 1e3:.0f} kB in, {rtt['reply_bytes']} B out), median "
+          f"| {echo['echo_median_ms']:.2f} ms | | |")
+    print(f"| (round trip - engine) / echo | {ratio:.2f}x | <= 1.25x | {_ok(checks['overhead'])} |")
+    print(f"| crowd2d-{n2} frames/s over one stream ({fps['frame_mb']:.1f} MB/frame) | {fps['fps']:.1f} | >= 20 "
+          f"| {_ok(checks['fps'])} |")
+    print(f"| crowd2d-{n2} engine median | {fps['engine_median_ms']:.2f} ms | | |")
+    if getattr(args, "json", False):
+        print(json.dumps(dict(bench="sapgrid-server", rtt=rtt, echo=echo, overhead_ratio=ratio, fps=fps,
+                              checks=checks)))
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="sapgrid bench --server", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(ap)
+    args = ap.parse_args(argv)
+    if not args.server:
+        ap.error("--server HOST:PORT (or spawn) is required")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

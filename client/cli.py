@@ -1,0 +1,144 @@
+"""The ``sapgrid`` command: serve, demo, worlds, replay, bench.
+
+    sapgrid serve [--listen HOST:PORT] [--metrics-port PORT] ...   run a server (flags or SAPGRID_* env)
+    sapgrid demo [--server HOST:PORT | --spawn-server] [--ticks N]  live simulation against a server
+    sapgrid worlds list|create|delete [--server HOST:PORT]          manage worlds
+    sapgrid replay TRACE [--server HOST:PORT]                       replay a recorded trace
+    sapgrid bench [--server HOST:PORT]                              benchmarks (engine, or the service)
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEFAULT_SERVER = "127.0.0.1:50051"
+
+
+def _add_server(parser: argparse.ArgumentParser, default: str | None = DEFAULT_SERVER) -> None:
+    if "--server" not in parser._option_string_actions:
+        parser.add_argument("--server", default=default, metavar="HOST:PORT",
+                            help=f"sapgrid server address (default {default or 'none: in process'})")
+
+
+def _cmd_serve(args) -> int:
+    from sapgrid.server.app import serve
+    from sapgrid.server.config import from_args
+
+    try:
+        cfg = from_args(args)
+    except ValueError as exc:
+        print(f"sapgrid serve: {exc}", file=sys.stderr)
+        return 2
+    return serve(cfg)
+
+
+def _cmd_worlds(args) -> int:
+    from sapgrid.client import Client
+    from sapgrid.errors import SapgridError
+
+    with Client(args.server, timeout=args.timeout) as c:
+        try:
+            if args.action == "create":
+                bounds = tuple(float(x) for x in args.bounds.split(",")) if args.bounds else None
+                cells = tuple(int(x) for x in args.cells.split(",")) if args.cells else None
+                w = c.create_world(args.name, dims=args.dims, bounds=bounds, cells=cells,
+                                   expected_objects=args.expected_objects)
+                print(f"created {w.name}: dims={w.config.dims} bounds={w.config.bounds} cells={w.config.cells}")
+            elif args.action == "delete":
+                c.delete_world(args.name)
+                print(f"deleted {args.name}")
+            else:
+                worlds = [c.get_world(args.name)] if args.name else c.list_worlds()
+                print(f"{'world':<20} {'dims':>4} {'cells':>12} {'objects':>10} {'pairs':>10} {'frames':>8} "
+                      f"{'last ms':>8}")
+                for w in worlds:
+                    last = f"{w.last_frame.total_s * 1e3:.2f}" if w.last_frame else "-"
+                    print(f"{w.name:<20} {w.config.dims:>4} {'x'.join(map(str, w.config.cells)):>12} "
+                          f"{w.objects:>10} {w.pairs:>10} {w.frames:>8} {last:>8}")
+        except SapgridError as exc:
+            print(f"sapgrid worlds: {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    from sapgrid import demo
+
+    return demo.run(args)
+
+
+def _cmd_replay(args) -> int:
+    from sapgrid import replay
+
+    return replay.run(args)
+
+
+def _cmd_bench(args) -> int:
+    from sapgrid import bench
+
+    return bench.run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="sapgrid", description="sapgrid: a networked broadphase service",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("serve", help="run a sapgrid server (flags override SAPGRID_* environment variables)")
+    from sapgrid.server.config import add_arguments as server_arguments
+
+    server_arguments(p)
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("demo", help="live simulation of moving boxes against a server")
+    from sapgrid import demo
+
+    demo.add_arguments(p)
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("worlds", help="list, show, create or delete worlds")
+    p.add_argument("action", nargs="?", choices=("list", "create", "delete"), default="list")
+    p.add_argument("name", nargs="?", default=None, help="world name (create/delete; list: show one)")
+    p.add_argument("--dims", type=int, default=2, help="create: 2 or 3 (default 2)")
+    p.add_argument("--bounds", default=None, help="create: mins then maxs, e.g. 0,0,1000,1000 (default 0..1000)")
+    p.add_argument("--cells", default=None, help="create: cells per axis, e.g. 16,16 (default: server picks)")
+    p.add_argument("--expected-objects", type=int, default=0, help="create: size the grid for N objects")
+    p.add_argument("--timeout", type=float, default=30.0, help="call deadline, seconds (default 30)")
+    _add_server(p)
+    p.set_defaults(func=_cmd_worlds)
+
+    p = sub.add_parser("replay", help="replay a recorded trace (in process, or --server)")
+    try:
+        from sapgrid import replay
+    except ImportError:  # pragma: no cover - replay.py is written in parallel
+        replay = None
+    if replay is not None:
+        replay.add_arguments(p)
+    _add_server(p, default=None)
+    p.set_defaults(func=_cmd_replay)
+
+    p = sub.add_parser("bench", help="benchmarks: the engine in process, or the service with --server")
+    try:
+        from sapgrid import bench
+    except ImportError:  # pragma: no cover - bench.py is written in parallel
+        bench = None
+    if bench is not None:
+        bench.add_arguments(p)
+    _add_server(p, default=None)
+    from sapgrid import bench_server
+
+    bench_server.add_arguments(p)
+    p.set_defaults(func=_cmd_bench)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Server configuration: one frozen dataclass, built from command-line flags and SAPGRID_* environment variables.
+
+Precedence: flag > environment variable > default. Every field has an environment variable named
+``SAPGRID_<FIELD>`` in upper case (e.g. ``SAPGRID_LISTEN=0.0.0.0:50051``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, fields
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Configuration of one sapgrid server.
+
+    listen : gRPC listen address ``HOST:PORT`` (port 0 picks a free port).
+    metrics_port : Prometheus ``/metrics`` port on the same host as ``metrics_host``; 0 picks a free
+        port, -1 disables the metrics endpoint.
+    metrics_host : address the metrics HTTP server binds.
+    worker_threads : threads that run engine work (one world uses one at a time).
+    engine_threads : numba threads per world for the parallel cell apply (0: numba default).
+    max_message_bytes : largest gRPC message accepted or sent, both directions (a 100k-object frame
+        is ~3 MB).
+    queue_size : frames and queries that may wait per world; one more is answered RESOURCE_EXHAUSTED.
+    stream_window : frames of one StreamFrames call in flight inside the server (read-ahead).
+    subscriber_queue : deltas buffered per subscriber before a slow subscriber is dropped.
+    max_worlds : worlds the server holds at most.
+    default_world : name of a 2D world created at start ("" for none).
+    default_world_dims, default_world_bounds, default_world_cells : its configuration.
+    grace_seconds : how long a graceful shutdown waits for in-flight calls and queued frames.
+    keepalive_seconds : server keepalive ping interval (fit for long streams behind load balancers).
+    validate : call World.validate() after every frame (slow; for debugging).
+    """
+
+    listen: str = "127.0.0.1:50051"
+    metrics_port: int = 9464
+    metrics_host: str = "127.0.0.1"
+    worker_threads: int = max(2, os.cpu_count() or 2)
+    engine_threads: int = 0
+    max_message_bytes: int = 64 * MIB
+    queue_size: int = 64
+    stream_window: int = 32
+    subscriber_queue: int = 1024
+    max_worlds: int = 256
+    default_world: str = "default"
+    default_world_dims: int = 2
+    default_world_bounds: tuple = (0.0, 0.0, 1000.0, 1000.0)
+    default_world_cells: tuple = (8, 8)
+    grace_seconds: float = 10.0
+    keepalive_seconds: float = 30.0
+    validate: bool = False
+
+    def __post_init__(self):
+        if ":" not in self.listen:
+            raise ValueError(f"listen must be HOST:PORT, got {self.listen!r}")
+        if not 1 <= self.worker_threads <= 1024:
+            raise ValueError("worker_threads must be in [1, 1024]")
+        if not 4 * 1024 <= self.max_message_bytes <= 2**31 - 1:
+            raise ValueError("max_message_bytes must be in [4 KiB, 2 GiB)")
+        for name in ("queue_size", "stream_window", "subscriber_queue", "max_worlds"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        object.__setattr__(self, "default_world_bounds", tuple(float(x) for x in self.default_world_bounds))
+        object.__setattr__(self, "default_world_cells", tuple(int(x) for x in self.default_world_cells))
+
+
+def _floats(text: str) -> tuple:
+    return tuple(float(x) for x in text.replace(",", " ").split())
+
+
+def _ints(text: str) -> tuple:
+    return tuple(int(x) for x in text.replace(",", " ").split())
+
+
+def _bool(text: str) -> bool:
+    return str(text).strip().lower() in ("1", "true", "yes", "on")
+
+
+_PARSERS = {int: int, float: float, str: str, bool: _bool}
+_TUPLES = {"default_world_bounds": _floats, "default_world_cells": _ints}
+_HELP = {
+    "listen": "gRPC listen address HOST:PORT (default 127.0.0.1:50051; port 0 = free port)",
+    "metrics_port": "Prometheus /metrics port (default 9464; 0 = free port, -1 = off)",
+    "metrics_host": "address of the metrics HTTP server (default 127.0.0.1)",
+    "worker_threads": "threads running engine work (default max(2, cores))",
+    "engine_threads": "numba threads per world for the cell apply (default 0 = numba default)",
+    "max_message_bytes": "largest gRPC message, both directions (default 64 MiB)",
+    "queue_size": "frames/queries waiting per world before RESOURCE_EXHAUSTED (default 64)",
+    "stream_window": "frames of one stream in flight inside the server (default 32)",
+    "subscriber_queue": "deltas buffered per subscriber before it is dropped (default 1024)",
+    "max_worlds": "most worlds the server holds (default 256)",
+    "default_world": 'name of the 2D world created at start, "" for none (default "default")',
+    "default_world_dims": "dims of the default world (default 2)",
+    "default_world_bounds": 'bounds of the default world, "xmin,ymin,xmax,ymax" (default 0,0,1000,1000)',
+    "default_world_cells": 'cells per axis of the default world, "cx,cy" (default 8,8)',
+    "grace_seconds": "graceful shutdown: wait this long for in-flight calls (default 10)",
+    "keepalive_seconds": "server keepalive ping interval (default 30)",
+    "validate": "validate the world's invariants after every frame (slow)",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one ``--flag`` per ServerConfig field (defaults None: unset flags fall back to env, then default)."""
+    for f in fields(ServerConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            parser.add_argument(flag, action="store_const", const=True, default=None, help=_HELP[f.name])
+        else:
+            parser.add_argument(flag, default=None, metavar=f.name.upper(), help=_HELP[f.name])
+
+
+def from_args(args: argparse.Namespace | None = None, env: dict | None = None, **overrides) -> ServerConfig:
+    """Build the config: explicit overrides > flags > SAPGRID_* environment variables > defaults."""
+    env = os.environ if env is None else env
+    values = {}
+    for f in fields(ServerConfig):
+        raw = overrides.get(f.name)
+        if raw is None and args is not None:
+            raw = getattr(args, f.name, None)
+        if raw is None:
+            raw = env.get("SAPGRID_" + f.name.upper())
+        if raw is None:
+            continue
+        if isinstance(raw, str):
+            parse = _TUPLES.get(f.name) or _PARSERS[type(f.default)]
+            raw = parse(raw)
+        values[f.name] = raw
+    return ServerConfig(**values)

@@ -1,0 +1,130 @@
+"""Prometheus metrics of one server, in a dedicated CollectorRegistry (several servers per process in tests).
+
+Names follow https://prometheus.io/docs/practices/naming/: ``sapgrid_`` prefix, base units
+(``_seconds``), ``_total`` on counters. The ``world`` label is bounded by the server's max_worlds and
+every series of a world is removed when the world is deleted. Frames naming an unknown world are
+counted under ``world="_unknown"`` so client input never creates series.
+"""
+from __future__ import annotations
+
+import numpy as np
+from prometheus_client import (CollectorRegistry, Counter, Gauge, GCCollector, Histogram, PlatformCollector,
+                               ProcessCollector, start_http_server)
+
+UNKNOWN_WORLD = "_unknown"
+PHASES = ("queue", "validate", "rasterize", "apply", "merge", "engine", "total")
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                   5.0, 10.0)
+
+
+class Metrics:
+    """All metrics of a server. Methods are called on the event loop (cheap: a few label lookups)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, process: bool = True):
+        self.registry = reg = registry if registry is not None else CollectorRegistry()
+        if process:
+            ProcessCollector(registry=reg)
+            PlatformCollector(registry=reg)
+            GCCollector(registry=reg)
+        w = ["world"]
+        self.worlds = Gauge("sapgrid_worlds", "Worlds held by the server", registry=reg)
+        self.objects = Gauge("sapgrid_world_objects", "Live objects per world", w, registry=reg)
+        self.pairs = Gauge("sapgrid_world_pairs", "Active overlapping pairs per world", w, registry=reg)
+        self.created = Counter("sapgrid_pairs_created_total", "Pairs created (reported in deltas)", w, registry=reg)
+        self.deleted = Counter("sapgrid_pairs_deleted_total", "Pairs deleted (reported in deltas)", w, registry=reg)
+        self.swaps = Counter("sapgrid_endpoint_swaps_total", "Endpoint swaps of the incremental sorts", w,
+                             registry=reg)
+        self.overflows = Counter("sapgrid_cell_overflows_total",
+                                 "Cells whose pair-event buffer overflowed and were recomputed", w, registry=reg)
+        self.frames = Counter("sapgrid_frames_total", "Frames by outcome (ok or the gRPC status code name)",
+                              ["world", "outcome"], registry=reg)
+        self.latency = Histogram("sapgrid_frame_duration_seconds",
+                                 "Frame latency by phase: queue wait, engine validate/rasterize/apply/merge, "
+                                 "engine total, total server time", ["world", "phase"], buckets=LATENCY_BUCKETS,
+                                 registry=reg)
+        self.queue_depth = Gauge("sapgrid_world_queue_depth", "Frames and queries waiting per world", w, registry=reg)
+        self.subscribers = Gauge("sapgrid_world_subscribers", "Active Subscribe streams per world", w, registry=reg)
+        self.occupied_cells = Gauge("sapgrid_occupied_cells", "Grid cells holding at least one object", w,
+                                    registry=reg)
+        self.cell_objects_max = Gauge("sapgrid_cell_objects_max", "Most objects in one cell", w, registry=reg)
+        self.cell_objects_mean = Gauge("sapgrid_cell_objects_mean", "Mean objects per occupied cell", w,
+                                       registry=reg)
+        self.cell_objects_p99 = Gauge("sapgrid_cell_objects_p99", "99th percentile of objects per occupied cell",
+                                      w, registry=reg)
+        self._per_world = (self.objects, self.pairs, self.created, self.deleted, self.swaps, self.overflows,
+                           self.queue_depth, self.subscribers, self.occupied_cells, self.cell_objects_max,
+                           self.cell_objects_mean, self.cell_objects_p99)
+        self._http = None
+
+    # ---- updates ----------------------------------------------------------------------------
+    def world_created(self, world: str, count: int) -> None:
+        self.worlds.set(count)
+        for m in (self.objects, self.pairs, self.created, self.deleted, self.swaps, self.overflows):
+            m.labels(world)
+
+    def world_deleted(self, world: str, count: int) -> None:
+        self.worlds.set(count)
+        for m in self._per_world:
+            _remove(m, world)
+        for m in (self.frames, self.latency):
+            _remove(m, world)
+
+    def frame_applied(self, world: str, s) -> None:
+        """s: the FrameStats message of an applied frame."""
+        self.frames.labels(world, "ok").inc()
+        self.objects.labels(world).set(s.objects)
+        self.pairs.labels(world).set(s.pairs)
+        self.created.labels(world).inc(s.created)
+        self.deleted.labels(world).inc(s.deleted)
+        self.swaps.labels(world).inc(s.swaps)
+        if s.cell_overflows:
+            self.overflows.labels(world).inc(s.cell_overflows)
+        lat = self.latency
+        for phase, value in (("queue", s.queue_seconds), ("validate", s.validate_seconds),
+                             ("rasterize", s.rasterize_seconds), ("apply", s.apply_seconds),
+                             ("merge", s.merge_seconds), ("engine", s.engine_seconds),
+                             ("total", s.server_seconds)):
+            lat.labels(world, phase).observe(value)
+
+    def frame_rejected(self, world: str | None, outcome: str) -> None:
+        self.frames.labels(world or UNKNOWN_WORLD, outcome).inc()
+
+    def set_queue_depth(self, world: str, depth: int) -> None:
+        self.queue_depth.labels(world).set(depth)
+
+    def set_subscribers(self, world: str, n: int) -> None:
+        self.subscribers.labels(world).set(n)
+
+    def set_occupancy(self, world: str, per_cell: np.ndarray) -> None:
+        occupied = per_cell[per_cell > 0]
+        self.occupied_cells.labels(world).set(len(occupied))
+        self.cell_objects_max.labels(world).set(int(occupied.max()) if len(occupied) else 0)
+        self.cell_objects_mean.labels(world).set(float(occupied.mean()) if len(occupied) else 0.0)
+        self.cell_objects_p99.labels(world).set(float(np.percentile(occupied, 99)) if len(occupied) else 0.0)
+
+    # ---- HTTP endpoint ----------------------------------------------------------------------
+    def serve_http(self, host: str, port: int) -> int:
+        """Start /metrics on host:port (0: free port) in a daemon thread; return the bound port."""
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        self._http = (server, thread)
+        return server.server_port
+
+    def stop_http(self) -> None:
+        if self._http is not None:
+            server, thread = self._http
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)
+            self._http = None
+
+
+def _remove(metric, world: str) -> None:
+    """Remove every series of a world (its label is always the first)."""
+    if hasattr(metric, "remove_by_labels"):
+        metric.remove_by_labels({"world": world})
+        return
+    with metric._lock:  # noqa: SLF001 - prometheus_client < 0.22 has no remove_by_labels
+        keys = [k for k in metric._metrics if k and k[0] == world]  # noqa: SLF001
+    for k in keys:
+        metric.remove(*k)
+

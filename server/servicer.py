@@ -1,0 +1,216 @@
+"""The gRPC servicers: protobuf in, registry call, protobuf out. No logic of their own (STYLE 13).
+
+Errors are turned into statuses by ``errors.abort`` / ``errors.frame_error`` only.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import numpy as np
+
+from sapgrid.v1 import echo_service_pb2 as echo_pb
+from sapgrid.v1 import echo_service_pb2_grpc as echo_grpc
+from sapgrid.v1 import sapgrid_service_pb2 as pb
+from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
+
+from . import codec
+from .errors import DimsMismatch, InvalidInput, WorldNotFound, abort, frame_error
+from .metrics import Metrics
+from .registry import Registry
+
+DEFAULT_PAGE = 100_000
+MAX_PAGE = 1_000_000
+
+
+def _page_size(n: int, field: str) -> int:
+    if n > MAX_PAGE:
+        raise InvalidInput(f"{field}: {n} is more than {MAX_PAGE}", field)
+    return n or DEFAULT_PAGE
+
+
+def _region(values, dims: int) -> np.ndarray:
+    region = np.asarray(values, dtype=np.float64)
+    if len(region) != 2 * dims:
+        cls = DimsMismatch if len(region) == 2 * (5 - dims) else InvalidInput
+        raise cls(f"region: {len(region)} values, expected {2 * dims} (mins then maxs of a {dims}D world)", "region")
+    if not np.isfinite(region).all():
+        raise InvalidInput("region: values must be finite", "region")
+    return region
+
+
+def _pairs_after(pairs: np.ndarray, token: str) -> int:
+    """Index of the first pair after the page token "LOW-HIGH" (pairs sorted lexicographically)."""
+    try:
+        lo, hi = (int(x) for x in token.split("-"))
+    except ValueError:
+        raise InvalidInput(f"page_token: {token!r} is not a token this server returned", "page_token") from None
+    i0 = int(np.searchsorted(pairs[:, 0], np.uint64(lo), side="left"))
+    i1 = int(np.searchsorted(pairs[:, 0], np.uint64(lo), side="right"))
+    return i0 + int(np.searchsorted(pairs[i0:i1, 1], np.uint64(hi), side="right"))
+
+
+class SapgridServicer(pb_grpc.SapgridServiceServicer):
+    def __init__(self, registry: Registry, metrics: Metrics, stream_window: int = 32):
+        self.registry = registry
+        self.metrics = metrics
+        self.stream_window = stream_window
+
+    # ---- worlds -----------------------------------------------------------------------------
+    async def CreateWorld(self, request, context):
+        try:
+            runner = await self.registry.create(request.name, request.config, request.if_not_exists)
+        except Exception as exc:
+            await abort(context, exc)
+        return pb.CreateWorldResponse(world=runner.info())
+
+    async def DeleteWorld(self, request, context):
+        try:
+            self.registry.delete(request.name)
+        except Exception as exc:
+            await abort(context, exc)
+        return pb.DeleteWorldResponse()
+
+    async def ListWorlds(self, request, context):
+        return pb.ListWorldsResponse(worlds=[r.info() for r in self.registry.list()])
+
+    async def GetWorld(self, request, context):
+        try:
+            return pb.GetWorldResponse(world=self.registry.get(request.name).info())
+        except Exception as exc:
+            await abort(context, exc)
+
+    # ---- frames -----------------------------------------------------------------------------
+    def _submit(self, frame, received: float) -> asyncio.Future:
+        try:
+            runner = self.registry.get(frame.world)
+        except WorldNotFound:
+            self.metrics.frame_rejected(None, "not_found")
+            raise
+        return runner.submit_frame(frame, received)
+
+    async def ApplyFrame(self, request, context):
+        received = time.perf_counter()
+        try:
+            delta = await self._submit(request.frame, received)
+        except Exception as exc:
+            await abort(context, exc)
+        return pb.ApplyFrameResponse(delta=delta)
+
+    async def StreamFrames(self, request_iterator, context):
+        # A reader task queues each frame as it arrives (up to stream_window in flight); this
+        # generator answers them in order. A rejected frame gets its error in its own slot.
+        pending: asyncio.Queue = asyncio.Queue(self.stream_window)
+
+        async def read():
+            try:
+                async for request in request_iterator:
+                    received = time.perf_counter()
+                    try:
+                        fut = self._submit(request.frame, received)
+                    except Exception as exc:
+                        fut = exc
+                    await pending.put((request.frame.seq, fut))
+            finally:
+                pending.put_nowait(None) if not pending.full() else await pending.put(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while (item := await pending.get()) is not None:
+                seq, fut = item
+                if isinstance(fut, BaseException):
+                    yield pb.StreamFramesResponse(seq=seq, error=frame_error(fut))
+                    continue
+                try:
+                    delta = await fut
+                except Exception as exc:
+                    yield pb.StreamFramesResponse(seq=seq, error=frame_error(exc))
+                else:
+                    yield pb.StreamFramesResponse(seq=seq, delta=delta)
+            await reader
+        finally:
+            reader.cancel()
+            while not pending.empty():
+                item = pending.get_nowait()
+                if item is not None and isinstance(item[1], asyncio.Future):
+                    item[1].cancel()
+
+    # ---- queries ----------------------------------------------------------------------------
+    async def QueryRegion(self, request, context):
+        try:
+            runner = self.registry.get(request.world)
+            region = _region(request.region, runner.dims)
+            world, with_boxes = runner.world, request.include_boxes
+
+            def work():
+                ids = world.query(region)
+                boxes = codec.boxes_bytes(world.boxes(ids)) if with_boxes and len(ids) else b""
+                return pb.QueryRegionResponse(ids=codec.ids_bytes(ids), boxes=boxes, frame=runner.frames)
+
+            return await runner.run(work)
+        except Exception as exc:
+            await abort(context, exc)
+
+    async def ListPairs(self, request, context):
+        try:
+            runner = self.registry.get(request.world)
+            size = _page_size(request.page_size, "page_size")
+            world, token = runner.world, request.page_token
+
+            def work():
+                pairs = world.pairs()
+                start = _pairs_after(pairs, token) if token else 0
+                page = pairs[start:start + size]
+                last = start + len(page) >= len(pairs)
+                nxt = "" if last or not len(page) else f"{int(page[-1, 0])}-{int(page[-1, 1])}"
+                return pb.ListPairsResponse(pairs=codec.pairs_bytes(page), next_page_token=nxt,
+                                            total_pairs=len(pairs), frame=runner.frames)
+
+            return await runner.run(work)
+        except Exception as exc:
+            await abort(context, exc)
+
+    async def StreamPairs(self, request, context):
+        try:
+            runner = self.registry.get(request.world)
+            size = _page_size(request.chunk_size, "chunk_size")
+            world = runner.world
+            pairs, frame = await runner.run(lambda: (world.pairs(), runner.frames))
+        except Exception as exc:
+            await abort(context, exc)
+        total = len(pairs)
+        for start in range(0, max(total, 1), size):
+            yield pb.StreamPairsResponse(pairs=codec.pairs_bytes(pairs[start:start + size]), total_pairs=total,
+                                         frame=frame)
+
+    async def Subscribe(self, request, context):
+        try:
+            runner = self.registry.get(request.world)
+            sub = runner.subscribe()
+        except Exception as exc:
+            await abort(context, exc)
+        try:
+            while (delta := await sub.next()) is not None:
+                yield pb.SubscribeResponse(delta=delta)
+        finally:
+            runner.unsubscribe(sub)
+        if sub.dropped:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"subscriber of world {request.world!r} fell more than "
+                                f"{sub.limit} deltas behind and was dropped")
+
+
+class EchoServicer(echo_grpc.EchoServiceServicer):
+    """Bench-only transport baseline: answers the payload (or reply_bytes zero bytes)."""
+
+    @staticmethod
+    def _reply(payload: bytes, reply_bytes: int) -> bytes:
+        return bytes(reply_bytes) if reply_bytes else payload
+
+    async def Echo(self, request, context):
+        return echo_pb.EchoResponse(payload=self._reply(request.payload, request.reply_bytes))
+
+    async def EchoStream(self, request_iterator, context):
+        async for request in request_iterator:
+            yield echo_pb.EchoStreamResponse(payload=self._reply(request.payload, request.reply_bytes))
