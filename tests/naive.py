@@ -105,6 +105,7 @@ class NaiveWorld:
         self.max_objects = int(max_objects)
         self.objects: dict[int, tuple] = {}  # id -> (float32 box, category, mask, static)
         self.frames = 0
+        self._pairs: set = set()  # the pairs of self.objects, recomputed from scratch by every step
 
     @classmethod
     def from_config(cls, cfg) -> "NaiveWorld":
@@ -162,7 +163,7 @@ class NaiveWorld:
         f = self._normalize(remove_ids, add_ids, add_boxes, add_category, add_mask, add_static,
                             update_ids, update_boxes)
         self._check_frame(f)
-        before = self.pair_set()
+        before = self._pairs
         for x in f["remove_ids"].tolist():
             del self.objects[x]
         for x, box in zip(f["update_ids"].tolist(), f["update_boxes"].astype(np.float32)):
@@ -171,7 +172,7 @@ class NaiveWorld:
         for i, x in enumerate(f["add_ids"].tolist()):
             self.objects[x] = (f["add_boxes"][i].astype(np.float32), int(f["add_category"][i]),
                                int(f["add_mask"][i]), bool(f["add_static"][i]))
-        after = self.pair_set()
+        after = self._pairs = brute_force_pairs(*self._columns())
         self.frames += 1
         created, deleted = pairs_to_array(after - before), pairs_to_array(before - after)
         stats = FrameStats(objects=len(self.objects), pairs=len(after), created=len(created), deleted=len(deleted))
@@ -189,7 +190,7 @@ class NaiveWorld:
         return ids, boxes, cat, mask, static
 
     def pair_set(self) -> set:
-        return brute_force_pairs(*self._columns())
+        return set(self._pairs)
 
     def pairs(self) -> np.ndarray:
         return pairs_to_array(self.pair_set())
@@ -217,7 +218,7 @@ class NaiveWorld:
 
     @property
     def pair_count(self) -> int:
-        return len(self.pair_set())
+        return len(self._pairs)
 
     def validate(self) -> None:
         """Nothing to check: the oracle has no derived state."""

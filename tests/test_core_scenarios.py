@@ -1,0 +1,226 @@
+"""Scenario tests of sapcore.World against the brute-force oracle: adversarial hand-made scenes (touching
+lattices on cell borders, the wrap seam, aliasing, identical and zero-size boxes, huge boxes, float32
+rounding, filters and static flags) and seeded random scenes over many grid shapes, with determinism
+across thread counts. Every ``Twin.step`` checks pairs, delta invariants, validate(), counts and queries.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+
+from core_harness import Twin, new_world
+from core_scenes import SceneGen
+from sapcore import WorldConfig
+
+
+def cfg2(cells=(4, 4), bounds=(0.0, 0.0, 4.0, 4.0), threads=1):
+    return WorldConfig(dims=2, bounds=bounds, cells=cells, threads=threads)
+
+
+def cfg3(cells=(3, 3, 3), bounds=(0.0, 0.0, 0.0, 3.0, 3.0, 3.0), threads=2):
+    return WorldConfig(dims=3, bounds=bounds, cells=cells, threads=threads)
+
+
+def lattice(dims, n, side=1.0):
+    """Unit boxes on an integer lattice of n per axis: neighbours share faces, edges and corners."""
+    mins = np.array(list(itertools.product(range(n), repeat=dims)), np.float64) * side
+    return np.concatenate([mins, mins + side], axis=1)
+
+
+def assert_no_delta(delta, what):
+    assert len(delta.created) == 0 and len(delta.deleted) == 0, \
+        f"{what}: unexpected delta created={delta.created.tolist()[:5]} deleted={delta.deleted.tolist()[:5]}"
+
+
+@pytest.mark.parametrize("cfg", [cfg2(), cfg2(cells=(3, 5)), cfg2(cells=(1, 1)), cfg2(cells=(1, 4)),
+                                 cfg3(), cfg3(cells=(1, 2, 5))], ids=lambda c: f"{c.dims}d-{c.cells}")
+def test_touching_lattice_moves_without_delta(cfg):
+    """Boxes sharing faces/edges/corners pair; translating the whole scene (across cell borders, the wrap
+    seam, whole-world and far-away aliases) keeps every pair, so no frame may report anything."""
+    n = 4 if cfg.dims == 2 else 3
+    boxes = lattice(cfg.dims, n)
+    ids = np.arange(100, 100 + len(boxes), dtype=np.uint64)
+    twin = Twin(cfg)
+    twin.step(add_ids=ids, add_boxes=boxes)
+    expect = {2: 2 * 12 + 2 * 9, 3: 3 * 18 + 6 * 12 + 4 * 8}[cfg.dims]  # faces, edges, corners
+    assert len(twin.active) == expect
+    size = np.asarray(cfg.bounds[cfg.dims:]) - np.asarray(cfg.bounds[: cfg.dims])
+    cell = size / np.asarray(cfg.cells)
+    for shift in [cell * 0.5, cell * 0.5, cell, size, -3 * size, size * 0 + 1.0e6, size * 0 - 2.0e6, size * 977]:
+        boxes = boxes + np.tile(shift, 2)
+        assert_no_delta(twin.step(update_ids=ids, update_boxes=boxes), f"shift by {shift.tolist()}")
+    assert len(twin.active) == expect
+
+
+@pytest.mark.parametrize("cfg", [cfg2(), cfg2(cells=(1, 1)), cfg3()], ids=lambda c: f"{c.dims}d-{c.cells}")
+def test_identical_and_zero_size_boxes(cfg):
+    d = cfg.dims
+    twin = Twin(cfg)
+    cube = np.array([1.0] * d + [2.0] * d)  # faces on cell borders
+    point = np.array([2.0] * d * 2)  # on its max corner, on a cell corner
+    twin.step(add_ids=np.arange(12), add_boxes=np.tile(cube, (12, 1)))
+    twin.step(add_ids=np.arange(12, 24), add_boxes=np.tile(point, (12, 1)))
+    assert len(twin.active) == 24 * 23 // 2
+    twin.step(update_ids=np.arange(12), update_boxes=np.tile(point, (12, 1)))  # all points now
+    assert len(twin.active) == 24 * 23 // 2
+    nudged = point.astype(np.float32)
+    nudged[:] = np.nextafter(np.float32(2.0), np.float32(3.0))  # one float32 ulp away
+    twin.step(update_ids=[5], update_boxes=[nudged])
+    assert len(twin.active) == 23 * 22 // 2
+    twin.step(update_ids=[5], update_boxes=[point])
+    assert len(twin.active) == 24 * 23 // 2
+
+
+@pytest.mark.parametrize("cfg", [cfg2(), cfg2(cells=(2, 3), bounds=(-1.3, 0.7, 2.9, 5.1)), cfg3()],
+                         ids=lambda c: f"{c.dims}d-{c.cells}")
+def test_aliased_cells_do_not_make_pairs(cfg):
+    """Boxes whole world sizes apart share every cell but do not overlap; far boxes still pair."""
+    d = cfg.dims
+    size = np.asarray(cfg.bounds[d:]) - np.asarray(cfg.bounds[:d])
+    base = np.concatenate([np.asarray(cfg.bounds[:d]) + 0.25 * size] * 2) + np.r_[np.zeros(d), 0.2 * size]
+    ks = [0, 1, -1, 2, 1000, -1000, 333333]
+    boxes = np.array([base + np.tile(np.r_[k * size[0], np.zeros(d - 1)], 2) for k in ks])
+    twin = Twin(cfg)
+    twin.step(add_ids=np.arange(len(ks)) * 7, add_boxes=boxes)
+    assert not twin.active
+    twin.step(add_ids=[1], add_boxes=[np.r_[np.full(d, -1.0e9), np.full(d, 1.0e9)]])  # covers them all
+    assert len(twin.active) == len(ks)
+    twin.step(update_ids=[7], update_boxes=[boxes[0]])  # k=1 teleports onto k=0
+    assert (0, 7) in twin.active
+    twin.step(update_ids=[7, 1], update_boxes=[boxes[4] + 1.0e-3, boxes[4]])  # far: 1000 world sizes away
+    assert (7, 28) in twin.active and (1, 7) in twin.active and (0, 1) not in twin.active
+
+
+@pytest.mark.parametrize("cfg", [cfg2(cells=(5, 3)), cfg2(cells=(1, 1)), cfg3(cells=(2, 3, 1))],
+                         ids=lambda c: f"{c.dims}d-{c.cells}")
+def test_huge_boxes(cfg):
+    d = cfg.dims
+    rng = np.random.default_rng(3)
+    twin = Twin(cfg, seed=3)
+    gen = SceneGen(cfg, rng, adversarial=0.3, filters=False)
+    twin.step(**gen.fill(twin.oracle, 80))
+    lo, hi = np.asarray(cfg.bounds[:d]), np.asarray(cfg.bounds[d:])
+    huge = [np.r_[lo, hi], np.r_[lo - 1.0e7, hi + 1.0e7], np.r_[lo - 10.0, lo + 0.01], np.r_[hi, hi + 5 * (hi - lo)]]
+    ids = np.array([2**64 - 1, 2**63, 0, 1 << 40], np.uint64)
+    twin.step(add_ids=ids, add_boxes=huge)
+    for _ in range(4):
+        twin.step(update_ids=ids, update_boxes=rng.permutation(np.array(huge)))
+        f = gen.frame(twin.oracle, remove=0.0)
+        if "update_ids" in f:  # the huge ones stay under this test's control
+            keep = ~np.isin(f["update_ids"], ids)
+            f["update_ids"], f["update_boxes"] = f["update_ids"][keep], f["update_boxes"][keep]
+        twin.step(**f)
+    twin.step(update_ids=ids, update_boxes=np.tile(np.r_[lo, lo], (4, 1)))  # shrink to points
+    twin.step(update_ids=ids, update_boxes=huge)
+    twin.step(remove_ids=ids)
+
+
+def test_float32_rounding():
+    """Boxes are compared as float32: float64 input that rounds onto a touching value pairs."""
+    twin = Twin(cfg2(cells=(3, 3), bounds=(0.0, 0.0, 3.0, 3.0)))
+    f01 = float(np.float32(0.1))  # 0.100000001490116...: above 0.1 in float64, equal in float32
+    boxes = [
+        [0.0, 0.0, 0.1, 1.0], [f01, 0.0, 1.0, 1.0],  # touch in float32 only
+        [0.0, 1.0 + 1.0e-9, 1.0, 2.0],  # rounds down onto y = 1: touches 0 and 1
+        [2.0, 2.0, 2.0 + 1.0e-9, 2.5], [2.0 + 3.0e-9, 2.0, 2.9, 2.5],  # both round to 2.0: touch
+        [1.5, 0.0, float(np.nextafter(np.float32(1.75), np.float32(0.0))), 0.5], [1.75, 0.0, 2.0, 0.5],  # 1 ulp apart
+    ]
+    twin.step(add_ids=np.arange(7), add_boxes=np.array(boxes))
+    assert twin.active == {(0, 1), (0, 2), (1, 2), (3, 4)}
+    assert np.array_equal(twin.world.boxes([0]), np.array([boxes[0]], np.float32))
+
+
+def test_filters_and_static():
+    cfg = cfg2(cells=(2, 2))
+    twin = Twin(cfg)
+    everywhere = [1.5, 1.5, 2.5, 2.5]  # on the corner shared by all four cells
+    spec = {  # id: (category, mask, static)
+        1: (1, 2, False), 2: (2, 1, False), 3: (1, 1, False), 4: (0xFFFFFFFF, 0xFFFFFFFF, True),
+        5: (0xFFFFFFFF, 0xFFFFFFFF, True), 6: (0, 0xFFFFFFFF, False), 7: (0x80000000, 0x80000000, False),
+        8: (0x80000000, 0x80000000, True),
+    }
+    ids = np.array(sorted(spec), np.uint64)
+    twin.step(add_ids=ids, add_boxes=[everywhere] * len(ids),
+              add_category=np.array([spec[i][0] for i in sorted(spec)], np.uint32),
+              add_mask=np.array([spec[i][1] for i in sorted(spec)], np.uint32),
+              add_static=np.array([spec[i][2] for i in sorted(spec)]))
+    expect = {(1, 2), (1, 4), (1, 5), (2, 4), (2, 5), (3, 4), (3, 5), (4, 7), (5, 7), (7, 8)}  # not 4-5, 4-8, 5-8, 6
+    assert twin.active == expect
+    twin.step(update_ids=[4, 5, 8], update_boxes=[[0.0, 0.0, 0.5, 0.5]] * 3)  # statics move away, together
+    assert twin.active == {(1, 2)}
+    twin.step(update_ids=[4, 1], update_boxes=[everywhere, [0.5, 0.5, 0.5, 0.5]])  # 4 back; 1 onto 5 and 8
+    assert twin.active == {(2, 4), (3, 4), (4, 7), (1, 5)}
+
+
+def test_extreme_coordinates_in_a_tiny_world():
+    """Grid coordinates of 1e15-sized boxes in a world of 1e-6 cells are far beyond int64."""
+    cfg = WorldConfig(dims=2, bounds=(0.0, 0.0, 1.0e-6, 1.0e-6), cells=(8, 8), threads=2)
+    twin = Twin(cfg)
+    boxes = [[-1.0e15, -1.0e15, 1.0e15, 1.0e15], [9.0e14, 9.0e14, 1.0e15, 1.0e15], [-1.0e15, 0.0, -9.0e14, 1.0],
+             [0.0, 0.0, 1.0e-7, 1.0e-7], [1.0e-7, 1.0e-7, 1.0e-7, 1.0e-7], [5.0e14, -5.0e14, 5.0e14, -5.0e14]]
+    twin.step(add_ids=np.arange(len(boxes)), add_boxes=np.array(boxes))
+    assert twin.active == {(0, k) for k in range(1, len(boxes))} | {(3, 4)}
+    twin.step(update_ids=[1, 5], update_boxes=[[-1.0e15, 0.5, -1.0e15, 0.5], [0.0, 0.0, 0.0, 0.0]])
+
+
+CONFIGS = [
+    cfg2(cells=(1, 1), bounds=(0.0, 0.0, 10.0, 10.0)),
+    cfg2(cells=(1, 7), bounds=(0.0, 0.0, 10.0, 10.0), threads=2),
+    cfg2(cells=(5, 3), bounds=(-1.3, 0.7, 2.9, 5.1)),
+    cfg2(cells=(16, 16), bounds=(0.0, 0.0, 100.0, 100.0), threads=2),
+    cfg2(cells=(7, 1), bounds=(-100.0, -50.0, -10.0, -5.0)),
+    cfg3(cells=(1, 1, 1)),
+    cfg3(cells=(3, 1, 5), bounds=(-1.3, 0.7, -5.0, 2.9, 5.1, 0.1), threads=1),
+    cfg3(cells=(4, 4, 4), bounds=(-64.0, -64.0, -64.0, -32.0, -32.0, -32.0)),
+]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.dims}d-{c.cells}-t{c.threads}")
+def test_seeded_random_scenes(cfg, seed):
+    """Motion, teleports and churn; the world with the other thread count gives byte-identical deltas."""
+    rng = np.random.default_rng(seed)
+    twin = Twin(cfg, seed=seed)
+    mirror = new_world(dataclasses.replace(cfg, threads=3 - cfg.threads))
+    gen = SceneGen(cfg, rng, adversarial=0.5)
+    frames = [gen.fill(twin.oracle, 150)]
+    for n in range(14):
+        f = frames[-1]
+        a, b = twin.step(**f), mirror.step(**f)
+        assert a.created.tobytes() == b.created.tobytes() and a.deleted.tobytes() == b.deleted.tobytes(), \
+            f"frame {n}: deltas differ between threads=1 and threads=2"
+        heavy = n % 5 == 4  # every fifth frame is heavy churn
+        frames.append(gen.frame(twin.oracle, move=0.6 if heavy else 0.3, teleport=0.1 if heavy else 0.02,
+                                remove=0.25 if heavy else 0.03, add=0.25 if heavy else 0.03))
+    assert twin.world.pairs().tobytes() == mirror.pairs().tobytes()
+
+
+@pytest.mark.parametrize("cfg", [CONFIGS[3], CONFIGS[7]], ids=["2d", "3d"])
+def test_clear_then_refill(cfg):
+    rng = np.random.default_rng(5)
+    twin = Twin(cfg, seed=5)
+    gen = SceneGen(cfg, rng)
+    twin.step(**gen.fill(twin.oracle, 300))
+    ids, boxes, before = twin.oracle.ids(), twin.oracle.boxes(twin.oracle.ids()), set(twin.active)
+    d = twin.step(remove_ids=rng.permutation(ids))
+    assert len(d.deleted) == len(before) and twin.world.object_count == 0
+    twin.step(add_ids=ids, add_boxes=boxes)  # same ids, same boxes, default filters
+    twin.step(remove_ids=ids[::2])
+    twin.step(**gen.fill(twin.oracle, 200))  # new ids and retired ones
+    twin.step(**gen.frame(twin.oracle, remove=1.0, add=1.0))  # everything out, as many in, one frame
+
+
+@pytest.mark.parametrize("cells", [(16, 16), (1, 1)])
+def test_large_random_scene(cells):
+    """3000 objects, 30 frames of motion and churn, checked against the oracle after every frame."""
+    cfg = cfg2(cells=cells, bounds=(0.0, 0.0, 160.0, 160.0), threads=2)
+    rng = np.random.default_rng(2024)
+    twin = Twin(cfg, seed=2024, queries_per_frame=2)
+    gen = SceneGen(cfg, rng, adversarial=0.3, extent=0.25 if cells == (16, 16) else 0.02)
+    twin.step(**gen.fill(twin.oracle, 3000))
+    for _ in range(30):
+        twin.step(**gen.frame(twin.oracle, move=0.4, teleport=0.01, remove=0.02, add=0.02))
+    assert twin.world.object_count > 2500 and len(twin.active) > 1000
