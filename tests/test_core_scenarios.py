@@ -159,11 +159,11 @@ def test_extreme_coordinates_in_a_tiny_world():
     """Grid coordinates of 1e15-sized boxes in a world of 1e-6 cells are far beyond int64."""
     cfg = WorldConfig(dims=2, bounds=(0.0, 0.0, 1.0e-6, 1.0e-6), cells=(8, 8), threads=2)
     twin = Twin(cfg)
-    boxes = [[-1.0e15, -1.0e15, 1.0e15, 1.0e15], [9.0e14, 9.0e14, 1.0e15, 1.0e15], [-1.0e15, 0.0, -9.0e14, 1.0],
+    boxes = [[-9.9e14, -9.9e14, 9.9e14, 9.9e14], [9.0e14, 9.0e14, 9.9e14, 9.9e14], [-9.9e14, 0.0, -9.0e14, 1.0],
              [0.0, 0.0, 1.0e-7, 1.0e-7], [1.0e-7, 1.0e-7, 1.0e-7, 1.0e-7], [5.0e14, -5.0e14, 5.0e14, -5.0e14]]
     twin.step(add_ids=np.arange(len(boxes)), add_boxes=np.array(boxes))
     assert twin.active == {(0, k) for k in range(1, len(boxes))} | {(3, 4)}
-    twin.step(update_ids=[1, 5], update_boxes=[[-1.0e15, 0.5, -1.0e15, 0.5], [0.0, 0.0, 0.0, 0.0]])
+    twin.step(update_ids=[1, 5], update_boxes=[[-9.9e14, 0.5, -9.9e14, 0.5], [0.0, 0.0, 0.0, 0.0]])
 
 
 CONFIGS = [

@@ -160,7 +160,11 @@ def test_coordinates_at_the_limit_are_accepted():
 
 
 def test_default_coord_limit():
+    """coord_limit is the largest accepted |coordinate| (types.py), also when it is not a float32 value."""
     cfg = WorldConfig(dims=2, bounds=(0.0, 0.0, 1.0, 1.0), cells=(2, 2), threads=1)
+    twin = Twin(cfg)
+    twin.step(add_ids=[1, 2], add_boxes=[[-1.0e15, -1.0e15, 1.0e15, 1.0e15], [1.0e15, 0.0, 1.0e15, 0.0]])
+    assert twin.active == {(1, 2)}
     w = new_world(cfg)
     with pytest.raises(FrameError) as err:
         w.step(add_ids=[1, 2], add_boxes=[[0, 0, 1, 1], [0, 0, 1.0e16, 1]])
