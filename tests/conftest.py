@@ -8,6 +8,7 @@ the end of the test. Tests create uniquely named worlds (``world_name``) so they
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import uuid
 
@@ -77,7 +78,8 @@ def client(server):
 
 @pytest.fixture
 def world_name(request):
-    return f"t-{request.node.name[:40].replace('[', '_').replace(']', '_')}-{uuid.uuid4().hex[:6]}"
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:40]
+    return f"t-{safe}-{uuid.uuid4().hex[:6]}"
 
 
 @pytest.fixture

@@ -1,0 +1,220 @@
+"""Several worlds and streams at once; bounded queues; deadlines and cancellation honoured.
+
+A ``GatedWorld`` wraps the real sapcore.World so a test can hold a world's worker inside ``step``
+(a test seam of the server's world_factory, not a stand-in engine).
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from sapcore import World, WorldConfig
+from sapgrid.client import Client
+from sapgrid.errors import DeadlineExceeded, ResourceExhausted
+from service_helpers import assert_same_pairs, random_boxes
+
+CFG = WorldConfig(dims=2, bounds=(0, 0, 100, 100), cells=(4, 4))
+
+
+class GatedWorld:
+    """sapcore.World whose step waits for ``gate`` (set = open) and signals ``entered``."""
+
+    def __init__(self, cfg):
+        self._w = World(cfg)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+
+    def step(self, **kw):
+        self.entered.set()
+        self.gate.wait(120)
+        return self._w.step(**kw)
+
+    def __getattr__(self, name):
+        return getattr(self._w, name)
+
+
+def test_two_worlds_at_once(client, rng):
+    names = [f"two-{i}-{rng.integers(1 << 30)}" for i in range(2)]
+    cfgs = [CFG, WorldConfig(dims=3, bounds=(0, 0, 0, 100, 100, 100), cells=(2, 2, 2))]
+    locals_ = [World(c) for c in cfgs]
+    for n, c in zip(names, cfgs):
+        client.create_world(n, c)
+    with client.stream() as s:                  # one stream, frames alternate between the worlds
+        for tick in range(5):
+            for n, c, loc in zip(names, cfgs, locals_):
+                ids = np.arange(tick * 50, tick * 50 + 50)
+                f = dict(add_ids=ids, add_boxes=random_boxes(rng, 50, c.dims, side=50, size=6))
+                want = loc.step(**f)
+                got = s.step(world=n, **f)
+                assert got.world == n
+                assert_same_pairs(got.created, want.created)
+    for n, loc in zip(names, locals_):
+        assert_same_pairs(client.pairs(n), loc.pairs())
+        client.delete_world(n)
+
+
+def test_many_concurrent_streams(server, rng):
+    n_streams, ticks, per = 12, 15, 40
+    shared = f"shared-{rng.integers(1 << 30)}"
+    own = [f"own-{i}-{rng.integers(1 << 30)}" for i in range(n_streams)]
+    seeds = rng.integers(1 << 30, size=n_streams)
+    with Client(server.address) as c:
+        c.create_world(shared, CFG)
+        for n in own:
+            c.create_world(n, CFG)
+
+    def run(i):
+        r = np.random.default_rng(seeds[i])
+        ids = np.arange(i * per, (i + 1) * per)
+        local = World(CFG)
+        with Client(server.address) as c, c.stream() as s:
+            boxes = random_boxes(r, per)
+            s.step(world=shared, add_ids=ids, add_boxes=boxes)
+            d = s.step(world=own[i], add_ids=ids, add_boxes=boxes)
+            assert_same_pairs(d.created, local.step(add_ids=ids, add_boxes=boxes).created)
+            for _ in range(ticks):
+                boxes = random_boxes(r, per)
+                s.send(world=shared, update_ids=ids, update_boxes=boxes)
+                s.send(world=own[i], update_ids=ids, update_boxes=boxes)
+                s.recv()
+                d = s.recv()
+                want = local.step(update_ids=ids, update_boxes=boxes)
+                assert_same_pairs(d.created, want.created)
+                assert_same_pairs(d.deleted, want.deleted)
+            return ids, boxes
+
+    with ThreadPoolExecutor(n_streams) as pool:
+        finals = list(pool.map(run, range(n_streams)))
+    ref = World(CFG)
+    ref.step(add_ids=np.concatenate([f[0] for f in finals]), add_boxes=np.concatenate([f[1] for f in finals]))
+    with Client(server.address) as c:
+        assert_same_pairs(c.pairs(shared), ref.pairs())
+        info = c.get_world(shared)
+        assert info.frames == n_streams * (ticks + 1) and info.frames_rejected == 0
+        for n in [shared, *own]:
+            c.delete_world(n)
+
+
+def _gated_server(make_server, **overrides):
+    worlds = []
+
+    def factory(cfg):
+        w = GatedWorld(cfg)
+        worlds.append(w)
+        return w
+
+    srv = make_server(world_factory=factory, default_world="", **overrides)
+    return srv, worlds
+
+
+def test_full_queue_answers_resource_exhausted(make_server):
+    srv, worlds = _gated_server(make_server, queue_size=2)
+    with Client(srv.address) as c:
+        c.create_world("q", CFG)
+        w = worlds[0]
+        w.gate.clear()
+        with c.stream("q") as s:
+            s.send(seq=1, add_ids=[1], add_boxes=[[0, 0, 1, 1]])
+            assert w.entered.wait(60)                           # frame 1 is inside step
+            s.send(seq=2, add_ids=[2], add_boxes=[[0, 0, 1, 1]])
+            s.send(seq=3, add_ids=[3], add_boxes=[[0, 0, 1, 1]])
+            s.send(seq=4, add_ids=[4], add_boxes=[[0, 0, 1, 1]])  # queue (2) full
+            runner = srv.app.registry.get("q")
+            while runner.rejected < 1:                          # frame 4 refused on arrival
+                pass
+            assert runner.queue.qsize() == 2
+            w.gate.set()
+            got = [s.recv(), s.recv(), s.recv()]                # answers stay in order
+            with pytest.raises(ResourceExhausted) as ei:
+                s.recv()
+            errors = [ei.value]
+            assert [d.seq for d in got] == [1, 2, 3]
+            assert "queue full" in errors[0].message
+            assert s.step(add_ids=[4], add_boxes=[[0, 0, 1, 1]]).stats.objects == 4   # stream goes on
+        info = c.get_world("q")
+        assert info.objects == 4 and info.frames == 4 and info.frames_rejected == 1
+
+
+def test_heavy_world_does_not_block_another(make_server):
+    srv, worlds = _gated_server(make_server, worker_threads=2)
+    with Client(srv.address) as c:
+        c.create_world("heavy", CFG)
+        c.create_world("light", CFG)
+        heavy = worlds[0]
+        heavy.gate.clear()
+        with c.stream("heavy") as s:
+            s.send(add_ids=[1], add_boxes=[[0, 0, 1, 1]])
+            assert heavy.entered.wait(60)
+            d = c.step("light", add_ids=[1, 2], add_boxes=[[0, 0, 1, 1], [1, 1, 2, 2]])   # not blocked
+            assert d.created.tolist() == [[1, 2]]
+            assert c.get_world("heavy").frames == 0
+            heavy.gate.set()
+            assert s.recv().stats.objects == 1
+
+
+def test_deadline_exceeded_frame_is_not_applied(make_server):
+    srv, worlds = _gated_server(make_server)
+    with Client(srv.address) as c:
+        c.create_world("d", CFG)
+        w = worlds[0]
+        w.gate.clear()
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(c.step, "d", 1, add_ids=[1], add_boxes=[[0, 0, 1, 1]])
+            assert w.entered.wait(60)
+            with pytest.raises(DeadlineExceeded):
+                c.step("d", 2, add_ids=[2], add_boxes=[[0, 0, 1, 1]], timeout=0.2)
+            runner = srv.app.registry.get("d")
+            # wait until the server has seen the deadline too (its queued job is cancelled)
+            while not all(job.future.cancelled() for job in list(runner.queue._queue)):
+                pass
+            w.gate.set()
+            assert first.result(60).stats.objects == 1
+        d = c.step("d", 3, update_ids=[1], update_boxes=[[0, 0, 2, 2]])
+        assert d.frame == 2                                    # frame 2 was never applied
+        np.testing.assert_array_equal(c.query("d", [0, 0, 10, 10]), [1])
+
+
+def test_cancelled_stream_frames_are_not_applied(make_server):
+    srv, worlds = _gated_server(make_server)
+    with Client(srv.address) as c:
+        c.create_world("c", CFG)
+        w = worlds[0]
+        w.gate.clear()
+        s = c.stream("c")
+        s.send(add_ids=[1], add_boxes=[[0, 0, 1, 1]])
+        assert w.entered.wait(60)
+        runner = srv.app.registry.get("c")
+        s.send(add_ids=[2], add_boxes=[[0, 0, 1, 1]])
+        while runner.queue.qsize() < 1:
+            pass
+        s.close()                                              # client goes away
+        while not all(job.future.cancelled() for job in list(runner.queue._queue)):
+            pass
+        w.gate.set()
+        d = c.step("c", update_ids=[1], update_boxes=[[0, 0, 2, 2]])
+        assert d.frame == 2 and d.stats.objects == 1           # frame 1 applied (it was running), frame 2 not
+
+
+def test_deleting_a_world_answers_its_queued_frames(make_server):
+    srv, worlds = _gated_server(make_server)
+    with Client(srv.address) as c:
+        c.create_world("del", CFG)
+        w = worlds[0]
+        w.gate.clear()
+        with c.stream("del") as s:
+            s.send(add_ids=[1], add_boxes=[[0, 0, 1, 1]])
+            assert w.entered.wait(60)
+            s.send(add_ids=[2], add_boxes=[[0, 0, 1, 1]])
+            runner = srv.app.registry.get("del")
+            while runner.queue.qsize() < 1:
+                pass
+            c.delete_world("del")
+            w.gate.set()
+            s.recv()                                           # the running frame completes
+            from sapgrid.errors import NotFound
+            with pytest.raises(NotFound):
+                s.recv()
