@@ -1,0 +1,158 @@
+"""The server as a process: ``sapgrid serve`` with flags/env, graceful SIGTERM, metrics, CLI commands."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+
+import numpy as np
+import pytest
+
+from sapcore import WorldConfig
+from sapgrid import cli
+from sapgrid.client import Client
+from sapgrid.server.config import ServerConfig, from_args
+from sapgrid.spawn import SpawnedServer
+from service_helpers import random_boxes
+
+CFG = WorldConfig(dims=2, bounds=(0, 0, 100, 100), cells=(4, 4))
+
+
+def _scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return r.read().decode()
+
+
+def _value(text: str, name: str, **labels) -> float | None:
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pat = re.compile(rf"^{re.escape(name)}(\{{([^}}]*)\}})?\s+(\S+)$", re.M)
+    for m in pat.finditer(text):
+        got = m.group(2) or ""
+        if all(f'{k}="{v}"' in got for k, v in labels.items()) or (not labels and not got):
+            return float(m.group(3))
+    del want
+    return None
+
+
+def test_config_precedence():
+    import argparse
+
+    from sapgrid.server.config import add_arguments
+
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    args = ap.parse_args(["--listen", "0.0.0.0:7000", "--validate"])
+    env = {"SAPGRID_LISTEN": "1.2.3.4:5", "SAPGRID_METRICS_PORT": "1234", "SAPGRID_DEFAULT_WORLD_CELLS": "2,3"}
+    cfg = from_args(args, env=env)
+    assert cfg.listen == "0.0.0.0:7000" and cfg.metrics_port == 1234 and cfg.validate is True
+    assert cfg.default_world_cells == (2, 3)
+    assert from_args(None, env={}) == ServerConfig()
+    assert ServerConfig().listen == "127.0.0.1:50051" and ServerConfig().default_world == "default"
+    with pytest.raises(ValueError):
+        from_args(None, env={"SAPGRID_MAX_MESSAGE_BYTES": "10"})
+
+
+def test_sigterm_finishes_queued_frames():
+    srv = SpawnedServer("--default-world", "", "--worker-threads", "2")
+    try:
+        n, ticks = 20_000, 30
+        rng = np.random.default_rng(7)
+        ids = np.arange(n)
+        with Client(srv.address) as c:
+            c.create_world("g", WorldConfig(dims=2, bounds=(0, 0, 400, 400), cells=(8, 8)))
+            s = c.stream("g")
+            s.step(add_ids=ids, add_boxes=random_boxes(rng, n, side=400))
+            seqs = [s.send(update_ids=ids, update_boxes=random_boxes(rng, n, side=400)) for _ in range(ticks)]
+            first = s.recv()                               # the server is busy with this stream
+            srv.proc.send_signal(signal.SIGTERM)
+            rest = [s.recv() for _ in seqs[1:]]            # every queued frame is still answered
+            assert [d.seq for d in [first, *rest]] == seqs
+            assert rest[-1].frame == ticks + 1
+        assert srv.proc.wait(60) == 0
+        assert any("shutting down" in line for line in srv.lines)
+    finally:
+        srv.stop()
+
+
+def test_serve_cli_defaults_and_env(tmp_path):
+    env = {**os.environ, "SAPGRID_LISTEN": "127.0.0.1:0", "SAPGRID_METRICS_PORT": "-1",
+           "SAPGRID_DEFAULT_WORLD": "envworld"}
+    proc = subprocess.Popen([sys.executable, "-m", "sapgrid.cli", "serve"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("sapgrid: listening on 127.0.0.1:"), line
+        address = line.split()[3]
+        with Client(address) as c:
+            assert [w.name for w in c.list_worlds()] == ["envworld"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+
+
+def test_metrics_move_with_frames(server, client, world_name, rng):
+    client.create_world(world_name, CFG)
+    before = _scrape(server.metrics_url)
+    assert _value(before, "sapgrid_world_objects", world=world_name) == 0
+    n = 300
+    with client.stream(world_name) as s:
+        s.step(add_ids=np.arange(n), add_boxes=random_boxes(rng, n, side=50, size=6))
+        for _ in range(3):
+            s.step(update_ids=np.arange(n), update_boxes=random_boxes(rng, n, side=50, size=6))
+        with pytest.raises(Exception):
+            s.step(add_ids=[0], add_boxes=[[0, 0, 1, 1]])
+    info = client.get_world(world_name)
+    text = _scrape(server.metrics_url)
+    assert _value(text, "sapgrid_world_objects", world=world_name) == n
+    assert _value(text, "sapgrid_world_pairs", world=world_name) == info.pairs > 0
+    assert _value(text, "sapgrid_frames_total", world=world_name, outcome="ok") == 4
+    assert _value(text, "sapgrid_frames_total", world=world_name, outcome="invalid_argument") == 1
+    assert _value(text, "sapgrid_pairs_created_total", world=world_name) > 0
+    assert _value(text, "sapgrid_pairs_deleted_total", world=world_name) > 0
+    assert _value(text, "sapgrid_endpoint_swaps_total", world=world_name) >= 0
+    for phase in ("queue", "rasterize", "apply", "merge", "total"):
+        assert _value(text, "sapgrid_frame_duration_seconds_count", world=world_name, phase=phase) == 4
+    assert _value(text, "sapgrid_occupied_cells", world=world_name) >= 1
+    assert _value(text, "sapgrid_cell_objects_max", world=world_name) >= 1
+    assert _value(text, "sapgrid_worlds") >= 2
+    assert "process_cpu_seconds_total" in text or "python_info" in text
+    client.delete_world(world_name)
+    after = _scrape(server.metrics_url)
+    assert f'world="{world_name}"' not in after                  # series removed with the world
+
+
+def test_unknown_world_frames_use_a_bounded_label(server, client):
+    with pytest.raises(Exception):
+        client.step("never-created-xyz", remove_ids=[1])
+    text = _scrape(server.metrics_url)
+    assert "never-created-xyz" not in text
+    assert _value(text, "sapgrid_frames_total", world="_unknown", outcome="not_found") >= 1
+
+
+def test_cli_worlds_commands(server, capsys):
+    name = "cli-world"
+    assert cli.main(["worlds", "create", name, "--server", server.address, "--bounds", "0,0,10,10",
+                     "--cells", "2,2"]) == 0
+    assert cli.main(["worlds", "--server", server.address]) == 0
+    out = capsys.readouterr().out
+    assert name in out and "default" in out
+    assert cli.main(["worlds", "delete", name, "--server", server.address]) == 0
+    assert cli.main(["worlds", "delete", name, "--server", server.address]) == 1
+    assert "NOT_FOUND" in capsys.readouterr().err
+
+
+def test_cli_demo_runs_against_a_server(server, capsys):
+    assert cli.main(["demo", "--server", server.address, "--ticks", "5", "--objects", "300"]) == 0
+    out = capsys.readouterr().out
+    assert "tick      5" in out and "done: 5 ticks" in out
+    with Client(server.address) as c:
+        assert not [w for w in c.list_worlds() if w.name.startswith("demo-")]
+
+
+def test_cli_demo_spawn_server(capsys):
+    assert cli.main(["demo", "--spawn-server", "--ticks", "3", "--objects", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "server at 127.0.0.1:" in out and "done: 3 ticks" in out and "server stopped" in out
