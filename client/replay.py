@@ -104,11 +104,11 @@ def make_config(trace: traces.Trace, threads: int | None = None, cells=None) -> 
     return sapcore.WorldConfig(dims=trace.dims, bounds=bounds, cells=tuple(cells), threads=threads)
 
 
-def open_world(config, server: str | None = None):
-    """Context manager yielding a fresh world: in process, or on ``server``."""
+def open_world(config, server: str | None = None, expected_objects: int = 0):
+    """Context manager yielding a fresh world: in process, or on ``server`` (deleted on exit)."""
     if server:
         from sapgrid.client import RemoteWorld
-        return RemoteWorld.connect(server, config, name=None)
+        return RemoteWorld.connect(server, config, name=None, expected_objects=expected_objects)
     return contextlib.nullcontext(sapcore.World(config))
 
 
@@ -280,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
                    ticks=trace.ticks, ticks_done=0, threads=threads, cells=list(cfg.cells), server=server)
     try:
         warm_ms = warm_up(trace.dims, threads, server)
-        with open_world(cfg, server) as world:
+        with open_world(cfg, server, max_live(trace)) as world:
             res = replay(world, trace)
     except Exception as e:  # report as a result line (the kit keeps going), then fail
         summary.update(status=f"failed: {type(e).__name__}: {e}"[:300])

@@ -204,6 +204,18 @@ def test_boxes_far_outside_declared_bounds(tmp_path, capsys):
     assert res["status"] == "ok" and res["final_pairs"] > 0
 
 
+@needs_engine
+def test_replay_through_server(tmp_path, capsys, server):
+    path = _write(tmp_path, "churn2d-400")
+    rc = _cli("replay", [path, "--check", "--json", "--server", server.address])
+    out = capsys.readouterr().out
+    res = _last_json(out)
+    assert rc == 0, out
+    assert res["status"] == "ok" and res["server"] == server.address
+    want = json.load(open(path[:-4] + ".expected.json"))
+    assert res["final_pairs_sha256"] == want["final_pairs_sha256"]
+
+
 def test_missing_trace_is_a_usage_error(tmp_path, capsys):
     assert _cli("replay", [str(tmp_path / "nope.npz")]) == 2
 
