@@ -8,6 +8,9 @@ import numba
 
 NJIT = dict(cache=True, nogil=True, boundscheck=False, error_model="numpy")
 NJIT_PARALLEL = dict(NJIT, parallel=True)
+#: Small helpers that take arrays are inlined into their callers at the numba IR level: a real call
+#: would pay two atomic reference-count updates per array argument, which costs more than the helper.
+NJIT_INLINE = dict(NJIT, inline="always")
 
 njit = numba.njit
 prange = numba.prange

@@ -8,23 +8,24 @@ cell its box touches; its handle remembers them).
 """
 import numpy as np
 
-from .._numba import NJIT, njit
+from .._numba import NJIT, NJIT_INLINE, njit
 
 FLAG_NONE = 0
 FLAG_MOVED = 1
 FLAG_REMOVED = 2
 FLAG_ADDED = 3
+FLAG_MOVED_CELLS = 4     # moved, and its cell range changed (it may leave cells)
 
 _CLAMP = 4.0e18
 
 
-@njit(**NJIT)
-def grid_range(box, dims, bmin, inv, C, out):
-    """Wrapped cell range of one box (float32 [2*dims]) into ``out`` (int32 [6])."""
+@njit(**NJIT_INLINE)
+def grid_range(boxes, i, dims, bmin, inv, C, out, j):
+    """Wrapped cell range of box row ``boxes[i]`` (float32 [2*dims]) into row ``out[j]`` (int32 [6])."""
     for a in range(3):
         if a < dims:
-            qlo = (np.float64(box[a]) - bmin[a]) * inv[a]
-            qhi = (np.float64(box[dims + a]) - bmin[a]) * inv[a]
+            qlo = (np.float64(boxes[i, a]) - bmin[a]) * inv[a]
+            qhi = (np.float64(boxes[i, dims + a]) - bmin[a]) * inv[a]
             qlo = min(max(qlo, -_CLAMP), _CLAMP)
             qhi = min(max(qhi, -_CLAMP), _CLAMP)
             lo = np.int64(np.floor(qlo))
@@ -32,61 +33,56 @@ def grid_range(box, dims, bmin, inv, C, out):
             span = hi - lo
             if span > C[a] - 1:
                 span = C[a] - 1
-            out[a] = np.int32(lo % C[a])
-            out[3 + a] = np.int32(span)
+            out[j, a] = np.int32(lo % C[a])
+            out[j, 3 + a] = np.int32(span)
         else:
-            out[a] = 0
-            out[3 + a] = 0
+            out[j, a] = 0
+            out[j, 3 + a] = 0
 
 
-@njit(**NJIT)
-def grid_in_range(r, x, y, z, C):
-    """Is wrapped cell (x, y, z) inside the range r?"""
-    return ((x - r[0]) % C[0] <= r[3]) and ((y - r[1]) % C[1] <= r[4]) and ((z - r[2]) % C[2] <= r[5])
+@njit(**NJIT_INLINE)
+def grid_in_range(cr, h, x, y, z, C):
+    """Is wrapped cell (x, y, z) inside the range row ``cr[h]``?"""
+    return (((x - cr[h, 0]) % C[0] <= cr[h, 3]) and ((y - cr[h, 1]) % C[1] <= cr[h, 4])
+            and ((z - cr[h, 2]) % C[2] <= cr[h, 5]))
 
 
-@njit(**NJIT)
-def grid_same_range(r, s):
+@njit(**NJIT_INLINE)
+def grid_same_range(r, i, s, j):
     for a in range(6):
-        if r[a] != s[a]:
+        if r[i, a] != s[j, a]:
             return False
     return True
 
 
-@njit(**NJIT)
-def grid_range_cells(r):
-    return np.int64(r[3] + 1) * np.int64(r[4] + 1) * np.int64(r[5] + 1)
+@njit(**NJIT_INLINE)
+def grid_range_cells(r, i):
+    return np.int64(r[i, 3] + 1) * np.int64(r[i, 4] + 1) * np.int64(r[i, 5] + 1)
 
 
-@njit(**NJIT)
-def _touch(c, cell_stamp, cell_tidx, frame, touched, nt):
-    if cell_stamp[c] != frame:
-        cell_stamp[c] = frame
-        cell_tidx[c] = nt
-        touched[nt] = c
-        nt += 1
-    return nt
-
-
-@njit(**NJIT)
-def _visit(r, C, h, old, has_old, cell_stamp, cell_tidx, frame, touched, nt,
+@njit(**NJIT_INLINE)
+def _visit(r, ri, C, h, old, oi, has_old, cell_stamp, cell_tidx, frame, touched, nt,
            ent_c, ent_h, ne, entries):
-    """Touch every cell of range r; if ``entries``, list (cell, h) for cells not in ``old``."""
-    for i in range(r[3] + 1):
-        x = r[0] + i
+    """Touch every cell of range row r[ri]; if ``entries``, list (cell, h) for cells not in old[oi]."""
+    for i in range(r[ri, 3] + 1):
+        x = r[ri, 0] + i
         if x >= C[0]:
             x -= C[0]
-        for j in range(r[4] + 1):
-            y = r[1] + j
+        for j in range(r[ri, 4] + 1):
+            y = r[ri, 1] + j
             if y >= C[1]:
                 y -= C[1]
-            for k in range(r[5] + 1):
-                z = r[2] + k
+            for k in range(r[ri, 5] + 1):
+                z = r[ri, 2] + k
                 if z >= C[2]:
                     z -= C[2]
                 c = (x * C[1] + y) * C[2] + z
-                nt = _touch(c, cell_stamp, cell_tidx, frame, touched, nt)
-                if entries and not (has_old and grid_in_range(old, x, y, z, C)):
+                if cell_stamp[c] != frame:
+                    cell_stamp[c] = frame
+                    cell_tidx[c] = nt
+                    touched[nt] = c
+                    nt += 1
+                if entries and not (has_old and grid_in_range(old, oi, x, y, z, C)):
                     ent_c[ne] = c
                     ent_h[ne] = h
                     ne += 1
@@ -111,18 +107,18 @@ def grid_rasterize(dims, bmin, inv, C, boxes, crange, flag,
     bound_t = 0
     bound_e = 0
     for i in range(nr):
-        bound_t += grid_range_cells(crange[rem_h[i]])
+        bound_t += grid_range_cells(crange, rem_h[i])
     for i in range(nu):
-        grid_range(upd_boxes[i], dims, bmin, inv, C, newr[i])
+        grid_range(upd_boxes, i, dims, bmin, inv, C, newr, i)
         h = upd_h[i]
-        bound_t += grid_range_cells(crange[h])
-        if not grid_same_range(newr[i], crange[h]):
-            k = grid_range_cells(newr[i])
+        bound_t += grid_range_cells(crange, h)
+        if not grid_same_range(newr, i, crange, h):
+            k = grid_range_cells(newr, i)
             bound_t += k
             bound_e += k
     for i in range(na):
-        grid_range(add_boxes[i], dims, bmin, inv, C, newr[nu + i])
-        k = grid_range_cells(newr[nu + i])
+        grid_range(add_boxes, i, dims, bmin, inv, C, newr, nu + i)
+        k = grid_range_cells(newr, nu + i)
         bound_t += k
         bound_e += k
     ncell = cell_stamp.shape[0]
@@ -134,24 +130,27 @@ def grid_rasterize(dims, bmin, inv, C, boxes, crange, flag,
     for i in range(nr):
         h = rem_h[i]
         flag[h] = FLAG_REMOVED
-        nt, ne = _visit(crange[h], C, h, crange[h], False, cell_stamp, cell_tidx, frame,
+        nt, ne = _visit(crange, h, C, h, crange, h, False, cell_stamp, cell_tidx, frame,
                         touched, nt, ent_c, ent_hh, ne, False)
     for i in range(nu):
         h = upd_h[i]
         flag[h] = FLAG_MOVED
-        nt, ne = _visit(crange[h], C, h, crange[h], False, cell_stamp, cell_tidx, frame,
+        nt, ne = _visit(crange, h, C, h, crange, h, False, cell_stamp, cell_tidx, frame,
                         touched, nt, ent_c, ent_hh, ne, False)
-        if not grid_same_range(newr[i], crange[h]):
-            nt, ne = _visit(newr[i], C, h, crange[h], True, cell_stamp, cell_tidx, frame,
+        if not grid_same_range(newr, i, crange, h):
+            nt, ne = _visit(newr, i, C, h, crange, h, True, cell_stamp, cell_tidx, frame,
                             touched, nt, ent_c, ent_hh, ne, True)
-            crange[h, :] = newr[i]
+            for a in range(6):
+                crange[h, a] = newr[i, a]
+            flag[h] = FLAG_MOVED_CELLS
         for a in range(2 * dims):
             boxes[h, a] = upd_boxes[i, a]
     for i in range(na):
         h = add_h[i]
         flag[h] = FLAG_ADDED
-        crange[h, :] = newr[nu + i]
-        nt, ne = _visit(crange[h], C, h, crange[h], False, cell_stamp, cell_tidx, frame,
+        for a in range(6):
+            crange[h, a] = newr[nu + i, a]
+        nt, ne = _visit(crange, h, C, h, crange, h, False, cell_stamp, cell_tidx, frame,
                         touched, nt, ent_c, ent_hh, ne, True)
         for a in range(2 * dims):
             boxes[h, a] = add_boxes[i, a]

@@ -1,7 +1,7 @@
 """Hash helpers shared by the id map and the pair managers."""
 import numpy as np
 
-from .._numba import NJIT, njit
+from .._numba import NJIT, NJIT_INLINE, njit
 
 _C1 = np.uint64(0xFF51AFD7ED558CCD)
 _C2 = np.uint64(0xC4CEB9FE1A85EC53)
@@ -13,7 +13,7 @@ EVENT_REMOVED = np.uint64(1) << np.uint64(63)
 KEY_MASK = ~EVENT_REMOVED
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def hash_u64(k):
     """Murmur3 64-bit finalizer: a well-mixed hash of a uint64 key."""
     k = np.uint64(k)
@@ -25,7 +25,7 @@ def hash_u64(k):
     return k
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def pair_key(a, b):
     """uint64 key of the unordered handle pair (a, b): ``min << 32 | max``."""
     if a > b:
@@ -33,12 +33,12 @@ def pair_key(a, b):
     return (np.uint64(a) << _S32) | np.uint64(b)
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def pair_key_lo(k):
     return np.int64(k >> _S32)
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def pair_key_hi(k):
     return np.int64(k & _LO32)
 

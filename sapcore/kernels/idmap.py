@@ -4,11 +4,11 @@
 """
 import numpy as np
 
-from .._numba import NJIT, njit
+from .._numba import NJIT, NJIT_INLINE, njit
 from .hashing import hash_u64
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def idmap_find(keys, vals, key):
     mask = keys.shape[0] - 1
     i = np.int64(hash_u64(key) & np.uint64(mask))
@@ -21,7 +21,7 @@ def idmap_find(keys, vals, key):
         i = (i + 1) & mask
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def idmap_insert(keys, vals, key, value):
     """Insert ``key`` (known to be absent)."""
     mask = keys.shape[0] - 1

@@ -12,7 +12,7 @@ whole frame. It runs serially over the touched cells in their (deterministic) or
 """
 import numpy as np
 
-from .._numba import NJIT, NJIT_PARALLEL, njit, prange
+from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
 from .hashing import EVENT_REMOVED, KEY_MASK
 from .pair_set import pair_set_find, pair_set_find_slot, pair_set_insert, pair_set_remove_slot, pair_set_rehash
 
@@ -21,7 +21,7 @@ NEW = np.uint8(2)
 _TOUCH = np.int32(1 << 30)
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def cell_net(ev_key, eo, cnt, pm_slots, pm_keys, pm_flag, sb, cap, n):
     """Net one cell's events into its pair set; returns (new pair count, netted event count)."""
     pb = sb // 2

@@ -12,11 +12,11 @@ Box2D ``b2RemoveKey``). The owner keeps the load factor at or below 1/2 (``cap >
 """
 import numpy as np
 
-from .._numba import NJIT, njit
+from .._numba import NJIT, NJIT_INLINE, njit
 from .hashing import hash_u64
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def pair_set_find_slot(slots, keys, sb, cap, pb, key):
     """Slot position (0..cap-1) holding ``key``, or -1."""
     mask = cap - 1
@@ -30,7 +30,7 @@ def pair_set_find_slot(slots, keys, sb, cap, pb, key):
         i = (i + 1) & mask
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def pair_set_find(slots, keys, sb, cap, pb, key):
     """Index of ``key`` in the pair array, or -1."""
     if cap == 0:
@@ -41,7 +41,7 @@ def pair_set_find(slots, keys, sb, cap, pb, key):
     return slots[sb + i]
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def pair_set_insert(slots, keys, pay, sb, cap, pb, n, key, value):
     """Append ``key`` (known to be absent) with payload ``value``; returns the new count n + 1."""
     mask = cap - 1
@@ -54,7 +54,7 @@ def pair_set_insert(slots, keys, pay, sb, cap, pb, n, key, value):
     return n + 1
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def pair_set_remove_slot(slots, keys, pay, sb, cap, pb, n, i):
     """Remove the pair held by slot position ``i``; returns the new count n - 1."""
     mask = cap - 1

@@ -25,18 +25,18 @@ event buffer. A slice that overflows keeps counting; its cell is recomputed afte
 """
 import numpy as np
 
-from .._numba import NJIT, NJIT_PARALLEL, njit, prange
-from .grid import FLAG_MOVED, FLAG_REMOVED, grid_in_range
+from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
+from .grid import FLAG_MOVED, FLAG_MOVED_CELLS, FLAG_REMOVED, grid_in_range
 from .hashing import EVENT_REMOVED, pair_key
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def pair_allowed(cat, msk, static, a, b):
     """Category/mask filter both ways, and never a static-static pair."""
     return (cat[a] & msk[b]) != 0 and (cat[b] & msk[a]) != 0 and not (static[a] != 0 and static[b] != 0)
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def _overlap_others(bx_pos, base, s, t, dims, skip):
     """Do local boxes s and t overlap on every axis but ``skip``, by endpoint positions?"""
     for b in range(dims):
@@ -48,38 +48,37 @@ def _overlap_others(bx_pos, base, s, t, dims, skip):
     return True
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def _leaving(h, flag, crange, x, y, z, C):
     f = flag[h]
     if f == FLAG_REMOVED:
         return True
-    if f == FLAG_MOVED:
-        return not grid_in_range(crange[h], x, y, z, C)
+    if f == FLAG_MOVED_CELLS:
+        return not grid_in_range(crange, h, x, y, z, C)
     return False
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def _emit(ev_key, eo, cap, cnt, key):
     if cnt < cap:
         ev_key[eo + cnt] = key
     return cnt + 1
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def cell_remove(c, base, n, dims, C, flag, crange, bx_h, bx_pos, ep_val, ep_dat, scratch,
                 pm_keys, pb, pm_n, ev_key, eo, cap, cnt):
     """Step 1: batch remove. Returns (new n, event count)."""
     z = c % C[2]
     y = (c // C[2]) % C[1]
     x = c // (C[1] * C[2])
-    newslot = scratch[0]
     k = 0
     for s in range(n):
         if _leaving(bx_h[base + s], flag, crange, x, y, z, C):
-            newslot[base + s] = -1
+            scratch[0, base + s] = -1
             k += 1
         else:
-            newslot[base + s] = s - k
+            scratch[0, base + s] = s - k
     if k == 0:
         return n, cnt
     # the cell's pairs that involve a leaving box are removed
@@ -95,7 +94,7 @@ def cell_remove(c, base, n, dims, C, flag, crange, bx_h, bx_pos, ep_val, ep_dat,
         w = 0
         for e in range(1, 2 * n + 1):
             d = ep_dat[a, eb + e]
-            ns = newslot[base + (d >> 1)]
+            ns = scratch[0, base + (d >> 1)]
             if ns < 0:
                 continue
             w += 1
@@ -103,13 +102,13 @@ def cell_remove(c, base, n, dims, C, flag, crange, bx_h, bx_pos, ep_val, ep_dat,
             ep_dat[a, eb + w] = (ns << 1) | (d & 1)
             bx_pos[base + ns, 2 * a + (d & 1)] = w
     for s in range(n):
-        ns = newslot[base + s]
+        ns = scratch[0, base + s]
         if ns >= 0:
             bx_h[base + ns] = bx_h[base + s]
     return n - k, cnt
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def cell_update(base, n, dims, flag, boxes, cat, msk, static, bx_h, bx_pos, ep_val, ep_dat,
                 ev_key, eo, cap, cnt):
     """Step 2: write moved boxes' values, insertion-sort each axis. Returns (event count, swaps)."""
@@ -117,7 +116,7 @@ def cell_update(base, n, dims, flag, boxes, cat, msk, static, bx_h, bx_pos, ep_v
     moved = 0
     for s in range(n):
         h = bx_h[base + s]
-        if flag[h] == FLAG_MOVED:
+        if flag[h] == FLAG_MOVED or flag[h] == FLAG_MOVED_CELLS:
             moved += 1
             for a in range(dims):
                 ep_val[a, eb + bx_pos[base + s, 2 * a]] = boxes[h, a]
@@ -165,7 +164,7 @@ def cell_update(base, n, dims, flag, boxes, cat, msk, static, bx_h, bx_pos, ep_v
     return cnt, swaps
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def cell_insert(base, n, dims, ent_h, e0, e1, boxes, cat, msk, static, bx_h, bx_pos, ep_val, ep_dat,
                 scratch, ev_key, eo, cap, cnt):
     """Step 3: batch insert of the entering handles ``ent_h[e0:e1]``. Returns (new n, event count)."""
@@ -211,9 +210,6 @@ def cell_insert(base, n, dims, ent_h, e0, e1, boxes, cat, msk, static, bx_h, bx_
     n_old = n
     n += k
     # box pruning on axis 0: one sweep, two active lists (old boxes, new boxes)
-    act_old = scratch[0]
-    act_new = scratch[1]
-    where = scratch[2]
     no = 0
     nn = 0
     for e in range(1, 2 * n + 1):
@@ -223,41 +219,41 @@ def cell_insert(base, n, dims, ent_h, e0, e1, boxes, cat, msk, static, bx_h, bx_
         if (d & 1) == 0:
             hs = bx_h[base + s]
             for i in range(nn):
-                t = act_new[base + i]
+                t = scratch[1, base + i]
                 if _overlap_others(bx_pos, base, s, t, dims, 0):
                     ht = bx_h[base + t]
                     if pair_allowed(cat, msk, static, hs, ht):
                         cnt = _emit(ev_key, eo, cap, cnt, pair_key(hs, ht))
             if is_new:
                 for i in range(no):
-                    t = act_old[base + i]
+                    t = scratch[0, base + i]
                     if _overlap_others(bx_pos, base, s, t, dims, 0):
                         ht = bx_h[base + t]
                         if pair_allowed(cat, msk, static, hs, ht):
                             cnt = _emit(ev_key, eo, cap, cnt, pair_key(hs, ht))
-                where[base + s] = nn
-                act_new[base + nn] = s
+                scratch[2, base + s] = nn
+                scratch[1, base + nn] = s
                 nn += 1
             else:
-                where[base + s] = no
-                act_old[base + no] = s
+                scratch[2, base + s] = no
+                scratch[0, base + no] = s
                 no += 1
         else:
-            i = where[base + s]
+            i = scratch[2, base + s]
             if is_new:
                 nn -= 1
-                t = act_new[base + nn]
-                act_new[base + i] = t
-                where[base + t] = i
+                t = scratch[1, base + nn]
+                scratch[1, base + i] = t
+                scratch[2, base + t] = i
             else:
                 no -= 1
-                t = act_old[base + no]
-                act_old[base + i] = t
-                where[base + t] = i
+                t = scratch[0, base + no]
+                scratch[0, base + i] = t
+                scratch[2, base + t] = i
     return n, cnt
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def cell_apply(c, dims, C, flag, crange, boxes, cat, msk, static, ent_h, e0, e1,
                cell_n, cell_base, bx_h, bx_pos, ep_val, ep_dat, scratch,
                pm_keys, pb, pm_n, ev_key, eo, cap):
