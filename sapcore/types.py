@@ -47,6 +47,8 @@ class WorldConfig:
         c = tuple(int(x) for x in self.cells)
         if len(c) != self.dims or any(x < 1 for x in c):
             raise ConfigError(f"cells must be {self.dims} integers >= 1, got {self.cells!r}")
+        if max(c) > 32767:
+            raise ConfigError(f"at most 32767 cells per axis, got {max(c)}")
         if math.prod(c) > 1 << 24:
             raise ConfigError(f"too many cells ({math.prod(c)}; at most {1 << 24})")
         if self.threads is not None and int(self.threads) < 1:

@@ -19,6 +19,7 @@ cells holding it and reports only the 0 -> 1 and 1 -> 0 transitions, netted over
 from __future__ import annotations
 
 import math
+import threading
 import time
 
 import numba
@@ -41,6 +42,9 @@ _BOX_REASON = {
     kval.BOX_OUT_OF_RANGE: "|coordinate| on axis {axis} exceeds the supported range {limit:g}",
 }
 _EMPTY_PAIRS = np.zeros((0, 2), np.uint64)
+#: Parallel kernels of different worlds never run at the same time: numba's default threading layer
+#: (workqueue) does not support concurrent launches, and each launch already uses every core.
+_PARALLEL_LOCK = threading.Lock()
 _LO32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 
@@ -142,7 +146,7 @@ class World:
         static = np.zeros(cap, np.uint8)
         alive = np.zeros(cap, np.uint8)
         flag = np.zeros(cap, np.uint8)
-        crange = np.zeros((cap, 6), np.int32)
+        crange = np.zeros((cap, 6), np.int16)
         if old is not None:
             k = old.shape[0]
             ids[:k] = self._obj_id
@@ -162,7 +166,6 @@ class World:
         self._bx_pos = np.zeros((units, 2 * d), np.int32)
         self._ep_val = np.zeros((d, 2 * units), np.float32)
         self._ep_dat = np.zeros((d, 2 * units), np.int32)
-        self._scratch_slots = np.zeros((3, units), np.int32)
 
     def _alloc_pm_arena(self, slots):
         self._pm_slots = np.full(slots, -1, np.int32)
@@ -199,15 +202,16 @@ class World:
         if not grow.any():
             return
         cells = touched[grow]
-        new_cap = np.maximum(np.maximum(need[grow], 2 * cap[grow]), 4).astype(np.int32)
+        # 25% headroom: cells breathe as objects cross their borders, without a move every frame
+        new_cap = (need[grow] + need[grow] // 4 + 2).astype(np.int32)
         size = new_cap.astype(np.int64) + 1
         total = int(size.sum())
         live = int(self._top - self._garbage)
-        if self._garbage > max(live, 1 << 16):
+        if self._garbage > max(live // 4, 1 << 16):
             self._compact_sap(extra=total)
         units = self._bx_h.shape[0]
         if self._top + total > units:
-            self._grow_sap_arena(max(2 * units, self._top + total))
+            self._grow_sap_arena(int((self._top + total) * 1.25) + 1024)
         new_base = self._top + np.cumsum(size) - size
         self._garbage += int((self._cell_cap[cells].astype(np.int64) + (self._cell_cap[cells] > 0)).sum())
         karena.cells_move(cells, new_base, new_cap, self.dims, self._cell_n, self._cell_base, self._cell_cap,
@@ -229,7 +233,7 @@ class World:
         cells = np.flatnonzero(self._cell_cap > 0).astype(np.int32)
         caps = self._cell_cap[cells]
         size = caps.astype(np.int64) + 1
-        units = max(1024, int(2 * (size.sum() + extra)) + 1)
+        units = max(1024, int(1.25 * (size.sum() + extra)) + 2)
         old = (self._bx_h, self._bx_pos, self._ep_val, self._ep_dat)
         self._alloc_sap_arena(units)
         new_base = 1 + np.cumsum(size) - size
@@ -238,22 +242,21 @@ class World:
         self._top = 1 + int(size.sum())
         self._garbage = 0
 
-    def _reserve_pair_sets(self, touched, ev_n):
-        """Give every touched cell's pair set room for its events (load factor <= 1/2)."""
-        need = self._cell_pm_n[touched].astype(np.int64) + ev_n
+    def _reserve_pair_sets(self, touched, ev_plus):
+        """Give every touched cell's pair set room for its new pairs (load factor <= 1/2)."""
+        need = self._cell_pm_n[touched].astype(np.int64) + ev_plus
         cap = self._cell_pm_cap[touched]
-        grow = (2 * need > cap) & (ev_n > 0)
+        grow = (2 * need > cap) & (ev_plus > 0)
         if not grow.any():
             return
         cells = touched[grow]
         new_cap = np.maximum(16, 2 ** np.ceil(np.log2(2 * need[grow] + 1))).astype(np.int64)
-        new_cap = np.maximum(new_cap, 2 * cap[grow])
         total = int(new_cap.sum())
-        if self._pm_garbage > max(self._pm_top - self._pm_garbage, 1 << 16):
+        if self._pm_garbage > max((self._pm_top - self._pm_garbage) // 4, 1 << 16):
             self._compact_pm(extra=total)
         slots = self._pm_slots.shape[0]
         if self._pm_top + total > slots:
-            self._grow_pm_arena(max(2 * slots, self._pm_top + total))
+            self._grow_pm_arena(int((self._pm_top + total) * 1.25) + 1024)
         new_base = self._pm_top + np.cumsum(new_cap) - new_cap
         self._pm_garbage += int(self._cell_pm_cap[cells].sum())
         kmerge.pair_sets_move(cells, new_base, new_cap, self._cell_pm_base, self._cell_pm_cap, self._cell_pm_n,
@@ -272,7 +275,7 @@ class World:
     def _compact_pm(self, extra=0):
         cells = np.flatnonzero(self._cell_pm_cap > 0).astype(np.int32)
         caps = self._cell_pm_cap[cells]
-        slots = max(1024, int(2 * (caps.sum() + extra)))
+        slots = max(1024, int(1.25 * (caps.sum() + extra)) + 2)
         old = (self._pm_slots, self._pm_keys, self._pm_flag)
         self._alloc_pm_arena(slots)
         new_base = np.cumsum(caps) - caps
@@ -405,22 +408,28 @@ class World:
         n_ent = np.diff(ent_off)
         cell_n = self._cell_n[touched].astype(np.int64)
         self._reserve_cells(touched, cell_n + n_ent)
-        ev_cap = 16 + self._cell_pm_n[touched] + 2 * cell_n + 4 * n_ent
+        ev_cap = 8 + self._cell_pm_n[touched] // 2 + cell_n // 2 + 2 * n_ent
         ev_off = np.zeros(nt + 1, np.int64)
         np.cumsum(ev_cap, out=ev_off[1:])
         if ev_off[-1] > self._scratch_ev.shape[0]:
             self._scratch_ev = np.zeros(int(ev_off[-1] * 1.5), np.uint64)
+        elif ev_off[-1] < self._scratch_ev.shape[0] // 4:
+            self._scratch_ev = np.zeros(int(ev_off[-1] * 1.5), np.uint64)
         ev_key = self._scratch_ev
         ev_n = np.zeros(nt, np.int64)
+        ev_plus = np.zeros(nt, np.int64)
         swaps = np.zeros(nt, np.int64)
+        max_cap = int(self._cell_cap[touched].max()) if nt else 0
+        scratch = np.empty((numba.config.NUMBA_NUM_THREADS, 3, max_cap + 1), np.int32)
 
         t_res = time.perf_counter()
         # phase 4: every touched cell's SAP, in parallel
-        ksap.cells_apply(touched, ent_off, ent_h, self.dims, self._C, self._obj_flag, self._obj_crange,
-                         self._obj_box, self._obj_cat, self._obj_mask, self._obj_static,
-                         self._cell_n, self._cell_base, self._bx_h, self._bx_pos, self._ep_val, self._ep_dat,
-                         self._scratch_slots, self._cell_pm_base, self._cell_pm_n, self._pm_keys,
-                         ev_key, ev_off, ev_n, swaps)
+        with _PARALLEL_LOCK:
+            ksap.cells_apply(touched, ent_off, ent_h, self.dims, self._C, self._obj_flag, self._obj_crange,
+                             self._obj_box, self._obj_cat, self._obj_mask, self._obj_static,
+                             self._cell_n, self._cell_base, self._bx_h, self._bx_pos, self._ep_val, self._ep_dat,
+                             scratch, self._cell_pm_base, self._cell_pm_n, self._pm_keys,
+                             ev_key, ev_off, ev_n, ev_plus, swaps)
         # phase 5: overflowed event slices are recomputed exactly
         over = ev_n > ev_cap
         if over.any():
@@ -429,14 +438,16 @@ class World:
                 touched, over, self.dims, self._obj_cat, self._obj_mask, self._obj_static, self._cell_n,
                 self._cell_base, self._bx_h, self._bx_pos, self._ep_dat, self._cell_pm_base, self._cell_pm_cap,
                 self._cell_pm_n, self._pm_slots, self._pm_keys, ev_key, ev_off, ev_n)
+            ev_plus = ev_n
         t3 = time.perf_counter()
         self._phase_s = (t_res - t2, t3 - t_res)
 
         # phase 6: net the events in each cell's pair set, in parallel
-        self._reserve_pair_sets(touched, ev_n)
+        self._reserve_pair_sets(touched, ev_plus)
         out_n = np.zeros(nt, np.int64)
-        kmerge.cells_net(touched, ev_key, ev_off, ev_n, self._cell_pm_base, self._cell_pm_cap, self._cell_pm_n,
-                         self._pm_slots, self._pm_keys, self._pm_flag, out_n)
+        with _PARALLEL_LOCK:
+            kmerge.cells_net(touched, ev_key, ev_off, ev_n, self._cell_pm_base, self._cell_pm_cap,
+                             self._cell_pm_n, self._pm_slots, self._pm_keys, self._pm_flag, out_n)
         t4 = time.perf_counter()
         stats.apply_s = t4 - t2
 

@@ -7,6 +7,8 @@ Arena layout (cell c owns a region of ``cell_cap[c] + 1`` box units starting at 
     ep_val[a, 2*base + e]         float32 endpoint value, e in [0, 2n]; e = 0 is the -inf sentinel
     ep_dat[a, 2*base + e]         int32   packed endpoint: local slot << 1 | is_max
 
+Workspace: ``scratch[thread, 3, max cell capacity]`` int32, one block per worker thread.
+
 Endpoints on an axis are sorted by (value, is_max): at equal values a min comes first, which makes
 touching boxes overlap (inclusive rule). Overlap on the other axes is decided by endpoint positions
 (001 §4): positions describe the current sorted order, which is what the incremental updates need.
@@ -23,6 +25,7 @@ One frame of one cell (``cell_apply``), in order:
 Pair changes are written as events (pair key, bit 63 set for "removed") into the cell's slice of the
 event buffer. A slice that overflows keeps counting; its cell is recomputed afterwards, never dropped.
 """
+import numba
 import numpy as np
 
 from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
@@ -75,10 +78,10 @@ def cell_remove(c, base, n, dims, C, flag, crange, bx_h, bx_pos, ep_val, ep_dat,
     k = 0
     for s in range(n):
         if _leaving(bx_h[base + s], flag, crange, x, y, z, C):
-            scratch[0, base + s] = -1
+            scratch[0, s] = -1
             k += 1
         else:
-            scratch[0, base + s] = s - k
+            scratch[0, s] = s - k
     if k == 0:
         return n, cnt
     # the cell's pairs that involve a leaving box are removed
@@ -94,7 +97,7 @@ def cell_remove(c, base, n, dims, C, flag, crange, bx_h, bx_pos, ep_val, ep_dat,
         w = 0
         for e in range(1, 2 * n + 1):
             d = ep_dat[a, eb + e]
-            ns = scratch[0, base + (d >> 1)]
+            ns = scratch[0, d >> 1]
             if ns < 0:
                 continue
             w += 1
@@ -102,7 +105,7 @@ def cell_remove(c, base, n, dims, C, flag, crange, bx_h, bx_pos, ep_val, ep_dat,
             ep_dat[a, eb + w] = (ns << 1) | (d & 1)
             bx_pos[base + ns, 2 * a + (d & 1)] = w
     for s in range(n):
-        ns = scratch[0, base + s]
+        ns = scratch[0, s]
         if ns >= 0:
             bx_h[base + ns] = bx_h[base + s]
     return n - k, cnt
@@ -219,37 +222,37 @@ def cell_insert(base, n, dims, ent_h, e0, e1, boxes, cat, msk, static, bx_h, bx_
         if (d & 1) == 0:
             hs = bx_h[base + s]
             for i in range(nn):
-                t = scratch[1, base + i]
+                t = scratch[1, i]
                 if _overlap_others(bx_pos, base, s, t, dims, 0):
                     ht = bx_h[base + t]
                     if pair_allowed(cat, msk, static, hs, ht):
                         cnt = _emit(ev_key, eo, cap, cnt, pair_key(hs, ht))
             if is_new:
                 for i in range(no):
-                    t = scratch[0, base + i]
+                    t = scratch[0, i]
                     if _overlap_others(bx_pos, base, s, t, dims, 0):
                         ht = bx_h[base + t]
                         if pair_allowed(cat, msk, static, hs, ht):
                             cnt = _emit(ev_key, eo, cap, cnt, pair_key(hs, ht))
-                scratch[2, base + s] = nn
-                scratch[1, base + nn] = s
+                scratch[2, s] = nn
+                scratch[1, nn] = s
                 nn += 1
             else:
-                scratch[2, base + s] = no
-                scratch[0, base + no] = s
+                scratch[2, s] = no
+                scratch[0, no] = s
                 no += 1
         else:
-            i = scratch[2, base + s]
+            i = scratch[2, s]
             if is_new:
                 nn -= 1
-                t = scratch[1, base + nn]
-                scratch[1, base + i] = t
-                scratch[2, base + t] = i
+                t = scratch[1, nn]
+                scratch[1, i] = t
+                scratch[2, t] = i
             else:
                 no -= 1
-                t = scratch[0, base + no]
-                scratch[0, base + i] = t
-                scratch[2, base + t] = i
+                t = scratch[0, no]
+                scratch[0, i] = t
+                scratch[2, t] = i
     return n, cnt
 
 
@@ -274,7 +277,7 @@ def cell_apply(c, dims, C, flag, crange, boxes, cat, msk, static, ent_h, e0, e1,
 @njit(**NJIT_PARALLEL)
 def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk, static,
                 cell_n, cell_base, bx_h, bx_pos, ep_val, ep_dat, scratch,
-                cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n, swaps):
+                cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n, ev_plus, swaps):
     """Apply every touched cell in parallel. Outputs are indexed by touched cell, never by thread."""
     for t in prange(touched.shape[0]):
         c = touched[t]
@@ -282,9 +285,17 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
         cap = ev_off[t + 1] - eo
         cnt, sw = cell_apply(c, dims, C, flag, crange, boxes, cat, msk, static, ent_h,
                              ent_off[t], ent_off[t + 1], cell_n, cell_base, bx_h, bx_pos, ep_val, ep_dat,
-                             scratch, pm_keys, cell_pm_base[c] // 2, cell_pm_n[c], ev_key, eo, cap)
+                             scratch[numba.get_thread_id()], pm_keys, cell_pm_base[c] // 2, cell_pm_n[c],
+                             ev_key, eo, cap)
         ev_n[t] = cnt
         swaps[t] = sw
+        plus = cnt
+        if cnt <= cap:
+            plus = 0
+            for r in range(cnt):
+                if (ev_key[eo + r] & EVENT_REMOVED) == 0:
+                    plus += 1
+        ev_plus[t] = plus
 
 
 @njit(**NJIT)
