@@ -151,11 +151,16 @@ def bench_extras(n: int, args, full_tick_ms: float | None) -> dict:
     boxes = trace.init_boxes
     out = dict(objects=n, cells=list(cfg.cells), threads=args.threads)
 
-    # batch insert into an empty world
-    world = sapcore.World(cfg)
-    s = time.perf_counter()
-    delta = world.step(add_ids=ids, add_boxes=boxes)
-    out["insert_ms"] = (time.perf_counter() - s) * 1e3
+    # batch insert into an empty world: median of 3 fresh worlds (the last one is kept)
+    insert_ms = []
+    for _ in range(3):
+        world = None                          # free the previous world before building the next
+        world = sapcore.World(cfg)
+        s = time.perf_counter()
+        delta = world.step(add_ids=ids, add_boxes=boxes)
+        insert_ms.append((time.perf_counter() - s) * 1e3)
+    out["insert_ms"] = rp.nearest_rank(np.sort(insert_ms), 0.5)
+    out["insert_ms_runs"] = insert_ms
     pairs = int(len(delta.created))
 
     # memory (tracemalloc slows allocations down: never active while timing)
@@ -196,14 +201,18 @@ def bench_extras(n: int, args, full_tick_ms: float | None) -> dict:
     out["remove10_pairs_deleted"] = int(len(delta.deleted))
     del world
 
-    # apply phase with 1 vs 2 threads (same trace, same grid)
+    # apply phase with 1 vs 2 threads (same trace, same grid); runs interleaved t1, t2, t1, t2
+    # and the better of the two kept, so a burst of load on the shared machine hits both alike
     for k in (1, 2):
         rp.warm_up(2, k)
-        w = sapcore.World(rp.make_config(trace, k, cfg.cells))
-        res = rp.replay(w, trace, final_pairs=False)
-        out[f"apply_s_t{k}"] = res.apply_s
-        out[f"tick_median_ms_t{k}"] = rp.timing_summary(res.times_ms)["median_ms"]
-        del w
+    for _ in range(2):
+        for k in (1, 2):
+            w = sapcore.World(rp.make_config(trace, k, cfg.cells))
+            res = rp.replay(w, trace, final_pairs=False)
+            del w
+            if res.apply_s < out.get(f"apply_s_t{k}", float("inf")):
+                out[f"apply_s_t{k}"] = res.apply_s
+                out[f"tick_median_ms_t{k}"] = rp.timing_summary(res.times_ms)["median_ms"]
     out["apply_ticks"] = ticks
     out["apply_speedup"] = out["apply_s_t1"] / out["apply_s_t2"] if out["apply_s_t2"] else None
     return out
@@ -252,7 +261,7 @@ def extras_text(x: dict) -> str:
         f"- memory ({x['memory_source']}): {_size(x['memory_bytes'])} = "
         f"{_f(x['bytes_per_object'], '.0f')} B/object, {_f(x['bytes_per_pair'], '.0f')} B/pair "
         f"({x['pairs']} pairs)",
-        f"- apply phase over {x['apply_ticks']} full-motion ticks: 1 thread {_f(x['apply_s_t1'] * 1e3, '.1f')} ms, "
+        f"- apply phase over {x['apply_ticks']} full-motion ticks (best of 2): 1 thread {_f(x['apply_s_t1'] * 1e3, '.1f')} ms, "
         f"2 threads {_f(x['apply_s_t2'] * 1e3, '.1f')} ms -> speed-up {_f(x['apply_speedup'], '.2f')}x "
         f"(tick median {_f(x['tick_median_ms_t1'])} vs {_f(x['tick_median_ms_t2'])} ms)",
     ])
@@ -282,8 +291,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{nm}: sapgrid median {_f(sg['median_ms'])} ms, peer median {_f(pe.get('median_ms'))} ms, "
               f"check {row.get('check', '–')}", flush=True)
         rows.append(row)
-    print()
-    print(table(rows))
+    if rows:
+        print()
+        print(table(rows))
     extras = None
     if not args.no_extras and sizes:
         n = max(sizes)
