@@ -249,3 +249,11 @@ def test_bench_subset_without_extras(capsys):
 
 def test_bench_bad_arguments():
     assert _cli("bench", ["--scenarios", "nosuch", "--sizes", "300"]) == 2
+
+
+def test_bench_server_delegates(monkeypatch):
+    from sapgrid import bench_server
+    seen = []
+    monkeypatch.setattr(bench_server, "run", lambda args: seen.append(args.server) or 7)
+    assert _cli("bench", ["--server", "127.0.0.1:1"]) == 7
+    assert seen == ["127.0.0.1:1"]
