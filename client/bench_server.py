@@ -55,13 +55,15 @@ def _trace(n: int, ticks: int, seed: int) -> dict:
 
 
 def _frames(tr: dict, world: str) -> tuple[pb.StreamFramesRequest, list[pb.StreamFramesRequest]]:
-    init = pb.StreamFramesRequest(frame=encode_frame(world, 0, add_ids=tr["init_ids"], add_boxes=tr["init_boxes"]))
+    init = pb.StreamFramesRequest()
+    encode_frame(world, 0, add_ids=tr["init_ids"], add_boxes=tr["init_boxes"], into=init.frame)
     out = []
     off = tr["upd_off"]
     for t in range(int(tr["ticks"])):
         s, e = off[t], off[t + 1]
-        out.append(pb.StreamFramesRequest(frame=encode_frame(world, t + 1, update_ids=tr["upd_ids"][s:e],
-                                                             update_boxes=tr["upd_boxes"][s:e])))
+        req = pb.StreamFramesRequest()
+        encode_frame(world, t + 1, update_ids=tr["upd_ids"][s:e], update_boxes=tr["upd_boxes"][s:e], into=req.frame)
+        out.append(req)
     return init, out
 
 
@@ -85,15 +87,15 @@ def bench_rtt(client: Client, n: int, ticks: int, seed: int) -> dict:
     init, frames = _frames(tr, name)
     stream = client.stream(name)
     try:
-        stream.send_message(init.frame)
+        stream.send_request(init)
         stream.recv()
         for f in frames[:10]:            # warm-up: JIT paths, connection windows
-            stream.send_message(f.frame)
+            stream.send_request(f)
             stream.recv()
         rtt, engine, server, reply_sizes = [], [], [], []
         for f in frames[10:]:
             t0 = time.perf_counter()
-            stream.send_message(f.frame)
+            stream.send_request(f)
             d = stream.recv()
             rtt.append(time.perf_counter() - t0)
             engine.append(d.stats.total_s)
@@ -140,11 +142,11 @@ def bench_fps(client: Client, n: int, ticks: int, seed: int, window: int) -> dic
     init, frames = _frames(tr, name)
     stream = client.stream(name)
     try:
-        stream.send_message(init.frame)
+        stream.send_request(init)
         stream.recv()
         warm = min(3, len(frames) // 4)
         for f in frames[:warm]:
-            stream.send_message(f.frame)
+            stream.send_request(f)
             stream.recv()
         timed = frames[warm:]
         engine = []
@@ -152,7 +154,7 @@ def bench_fps(client: Client, n: int, ticks: int, seed: int, window: int) -> dic
         sent = 0
         for _ in range(len(timed)):
             while sent < len(timed) and stream.in_flight < window:
-                stream.send_message(timed[sent].frame)
+                stream.send_request(timed[sent])
                 sent += 1
             engine.append(stream.recv().stats.total_s)
         elapsed = time.perf_counter() - t0

@@ -82,11 +82,18 @@ class FrameStream:
     def send(self, *, world: str | None = None, seq: int | None = None, **arrays) -> int:
         """Queue one frame (keyword arrays as ``sapcore.World.step``); return its sequence number."""
         seq = next(self._seq) if seq is None else seq
-        self.send_message(encode_frame(world or self.world, seq, **arrays))
+        request = pb.StreamFramesRequest()
+        encode_frame(world or self.world, seq, **arrays, into=request.frame)
+        self.send_request(request)
         return seq
 
     def send_message(self, frame: frame_pb2.Frame) -> None:
-        self._requests.put(pb.StreamFramesRequest(frame=frame))
+        """Send a ready Frame message (copied into a request)."""
+        self.send_request(pb.StreamFramesRequest(frame=frame))
+
+    def send_request(self, request: pb.StreamFramesRequest) -> None:
+        """Send a ready request (no copy)."""
+        self._requests.put(request)
         self.in_flight += 1
 
     def recv(self) -> RemoteDelta:
@@ -236,8 +243,10 @@ class AsyncFrameStream:
 
     async def send(self, *, world: str | None = None, seq: int | None = None, **arrays) -> int:
         seq = next(self._seq) if seq is None else seq
+        request = pb.StreamFramesRequest()
+        encode_frame(world or self.world, seq, **arrays, into=request.frame)
         try:
-            await self._call.write(pb.StreamFramesRequest(frame=encode_frame(world or self.world, seq, **arrays)))
+            await self._call.write(request)
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
         return seq

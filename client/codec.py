@@ -53,13 +53,23 @@ def _bytes(a, dtype) -> bytes:
 
 
 def encode_frame(world: str, seq: int, remove_ids=None, add_ids=None, add_boxes=None, add_category=None,
-                 add_mask=None, add_static=None, update_ids=None, update_boxes=None) -> frame_pb2.Frame:
-    """Frame message from numpy-compatible arrays (ids uint64, boxes float32 rows mins then maxs)."""
-    static = b"" if add_static is None else np.asarray(add_static, dtype=bool).view(np.uint8).tobytes()
-    return frame_pb2.Frame(
-        world=world, seq=seq, remove_ids=_bytes(remove_ids, U64), add_ids=_bytes(add_ids, U64),
-        add_boxes=_bytes(add_boxes, F32), add_category=_bytes(add_category, U32), add_mask=_bytes(add_mask, U32),
-        add_static=static, update_ids=_bytes(update_ids, U64), update_boxes=_bytes(update_boxes, F32))
+                 add_mask=None, add_static=None, update_ids=None, update_boxes=None, *,
+                 into: frame_pb2.Frame | None = None) -> frame_pb2.Frame:
+    """Frame message from numpy-compatible arrays (ids uint64, boxes float32 rows mins then maxs).
+
+    into: fill this (empty) Frame, e.g. ``request.frame``, instead of a new one (saves a copy).
+    """
+    f = frame_pb2.Frame() if into is None else into
+    f.world, f.seq = world, seq
+    for name, value, dtype in (("remove_ids", remove_ids, U64), ("add_ids", add_ids, U64),
+                               ("add_boxes", add_boxes, F32), ("add_category", add_category, U32),
+                               ("add_mask", add_mask, U32), ("update_ids", update_ids, U64),
+                               ("update_boxes", update_boxes, F32)):
+        if value is not None:
+            setattr(f, name, _bytes(value, dtype))
+    if add_static is not None:
+        f.add_static = np.asarray(add_static, dtype=bool).view(np.uint8).tobytes()
+    return f
 
 
 def pairs_array(raw: bytes) -> np.ndarray:

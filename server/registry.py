@@ -1,9 +1,10 @@
 """World registry: named worlds, each with a bounded queue and one worker that applies its work in order.
 
-Every piece of engine work for a world (frames, queries, pair lists, stats) is a job in that world's
-queue. The world's worker task (on the event loop) takes one job at a time and runs it in the shared
-thread pool (``run_in_executor``), so the loop never blocks, the world sees its jobs strictly in
-order, and a heavy world never blocks another (each has its own worker; they share the pool).
+Every piece of engine work for a world (frames, queries, pair lists) is a job in that world's bounded
+queue. Each world has one worker: at most one of its jobs runs at a time, in the shared thread pool,
+and when it finishes the next one starts. So the event loop never blocks, a world sees its jobs
+strictly in order, and a heavy world never blocks another (each has its own worker; they share the
+pool, sized by ``worker_threads``).
 
 Deadlines and cancellation: a caller that goes away cancels its job's future; a job whose future is
 cancelled before it starts is skipped (a frame is then never applied). A job already running
@@ -15,6 +16,7 @@ import asyncio
 import logging
 import re
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ class Job:
     enqueued: float
     after: Callable[[Any, float], Any] | None = None   # on the loop, with (result, start time): frames only
     failed: Callable[[BaseException], None] | None = None
+    started: float = 0.0
 
 
 class Subscriber:
@@ -68,7 +71,12 @@ class Subscriber:
 
 @dataclass
 class WorldRunner:
-    """One world: the engine object, its queue, worker task, subscribers and live counters."""
+    """One world: the engine object, its bounded job queue, subscribers and live counters.
+
+    The "worker" of the world is a chain of jobs: at most one job of the world is in the thread pool at
+    a time; when it finishes (its completion is posted back to the loop), the next queued job starts.
+    This keeps the world's work strictly ordered with a single hop to the pool and back per job.
+    """
 
     name: str
     world: Any
@@ -88,48 +96,65 @@ class WorldRunner:
     closed: bool = False
 
     def __post_init__(self):
-        self.queue: asyncio.Queue = asyncio.Queue(self.queue_size)
+        self.loop = asyncio.get_running_loop()
+        self.pending: deque[Job] = deque()      # queued jobs (not running), at most queue_size
+        self.running: Job | None = None
+        self.idle = asyncio.Event()
+        self.idle.set()
         self._last_occupancy = -1e9
-        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"world:{self.name}")
 
     @property
     def dims(self) -> int:
         return self.config.dims
 
     # ---- the worker -------------------------------------------------------------------------
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            job = await self.queue.get()
-            if job is _END:
-                return
-            if job.future.cancelled():
+    def _start_next(self) -> None:
+        """Start the oldest queued job whose caller is still waiting (on the loop)."""
+        while self.pending:
+            job = self.pending.popleft()
+            if job.future.cancelled():        # deadline passed or caller gone: never applied
                 continue
-            start = time.perf_counter()
-            try:
-                result = await loop.run_in_executor(self.pool, job.fn)
-            except Exception as exc:  # domain errors of a frame or query: the world is unchanged
+            self.running = job
+            self.idle.clear()
+            job.started = time.perf_counter()
+            self.pool.submit(job.fn).add_done_callback(
+                lambda f, job=job: self.loop.call_soon_threadsafe(self._finish, job, f))
+            self.metrics.set_queue_depth(self.name, len(self.pending))
+            return
+        self.running = None
+        self.idle.set()
+        self.metrics.set_queue_depth(self.name, 0)
+
+    def _finish(self, job: Job, f) -> None:
+        """A job's completion, on the loop: results, metrics, subscribers; then the next job."""
+        exc = ShuttingDown("server is shutting down") if f.cancelled() else f.exception()
+        try:
+            if exc is not None:
                 if job.failed is not None:
                     job.failed(exc)
                 if not job.future.done():
                     job.future.set_exception(exc)
-                continue
-            if job.after is not None:
-                result = job.after(result, start)
-            if not job.future.done():
-                job.future.set_result(result)
-            self.metrics.set_queue_depth(self.name, self.queue.qsize())
+            else:
+                result = f.result()
+                if job.after is not None:
+                    result = job.after(result, job.started)
+                if not job.future.done():
+                    job.future.set_result(result)
+        finally:
+            self._start_next()
 
     def submit(self, fn: Callable[[], Any], after=None, failed=None) -> asyncio.Future:
         """Queue a job; its future gets fn's result (after ``after``). Full queue: RESOURCE_EXHAUSTED."""
         if self.closed:
             raise WorldNotFound(self.name)
-        fut = asyncio.get_running_loop().create_future()
-        try:
-            self.queue.put_nowait(Job(fn, fut, time.perf_counter(), after, failed))
-        except asyncio.QueueFull:
-            raise Exhausted(f"world {self.name!r}: queue full ({self.queue_size} frames/queries waiting)") from None
-        self.metrics.set_queue_depth(self.name, self.queue.qsize())
+        if len(self.pending) >= self.queue_size:
+            raise Exhausted(f"world {self.name!r}: queue full ({self.queue_size} frames/queries waiting)")
+        fut = self.loop.create_future()
+        self.pending.append(Job(fn, fut, time.perf_counter(), after, failed))
+        if self.running is None:
+            self._start_next()
+        else:
+            self.metrics.set_queue_depth(self.name, len(self.pending))
         return fut
 
     async def run(self, fn: Callable[[], Any]) -> Any:
@@ -165,7 +190,7 @@ class WorldRunner:
         def after(result, start: float):
             msg, occupancy = result
             done = time.perf_counter()
-            msg.stats.queue_seconds = start - enqueued[0]
+            msg.stats.queue_seconds = start - enqueued
             msg.stats.server_seconds = done - received
             self.objects, self.pairs, self.last_stats = msg.stats.objects, msg.stats.pairs, msg.stats
             self.metrics.frame_applied(self.name, msg.stats)
@@ -175,7 +200,7 @@ class WorldRunner:
                 sub.offer(msg)
             return msg
 
-        enqueued = [time.perf_counter()]
+        enqueued = time.perf_counter()
         try:
             return self.submit(work, after, self._rejected)
         except Exception as exc:
@@ -202,7 +227,7 @@ class WorldRunner:
 
     def info(self) -> world_pb2.WorldInfo:
         stats = world_pb2.WorldStats(objects=self.objects, pairs=self.pairs, frames=self.frames,
-                                     frames_rejected=self.rejected, queue_depth=self.queue.qsize(),
+                                     frames_rejected=self.rejected, queue_depth=len(self.pending),
                                      subscribers=len(self.subscribers))
         if self.last_stats is not None:
             stats.last_frame.CopyFrom(self.last_stats)
@@ -210,21 +235,20 @@ class WorldRunner:
                                    stats=stats)
 
     def close(self) -> None:
-        """Deleted: queued jobs fail with NOT_FOUND, subscribers' streams end, the worker stops."""
+        """Deleted: queued jobs fail with NOT_FOUND, subscribers' streams end (a running job finishes)."""
         self.closed = True
-        while not self.queue.empty():
-            job = self.queue.get_nowait()
-            if job is not _END and not job.future.done():
+        while self.pending:
+            job = self.pending.popleft()
+            if not job.future.done():
                 job.future.set_exception(WorldNotFound(self.name))
-        self.queue.put_nowait(_END)
         for sub in list(self.subscribers):
             sub.offer(_END)
 
     async def drain(self) -> None:
-        """Shutdown: answer every queued job, then stop the worker."""
+        """Shutdown: answer every queued job, then stop taking new ones."""
         self.closed = True
-        await self.queue.put(_END)
-        await self.task
+        while self.running is not None or self.pending:
+            await self.idle.wait()
         for sub in list(self.subscribers):
             sub.offer(_END)
 

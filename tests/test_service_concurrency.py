@@ -126,7 +126,7 @@ def test_full_queue_answers_resource_exhausted(make_server):
             runner = srv.app.registry.get("q")
             while runner.rejected < 1:                          # frame 4 refused on arrival
                 pass
-            assert runner.queue.qsize() == 2
+            assert len(runner.pending) == 2
             w.gate.set()
             got = [s.recv(), s.recv(), s.recv()]                # answers stay in order
             with pytest.raises(ResourceExhausted) as ei:
@@ -169,7 +169,7 @@ def test_deadline_exceeded_frame_is_not_applied(make_server):
                 c.step("d", 2, add_ids=[2], add_boxes=[[0, 0, 1, 1]], timeout=0.2)
             runner = srv.app.registry.get("d")
             # wait until the server has seen the deadline too (its queued job is cancelled)
-            while not all(job.future.cancelled() for job in list(runner.queue._queue)):
+            while not all(job.future.cancelled() for job in list(runner.pending)):
                 pass
             w.gate.set()
             assert first.result(60).stats.objects == 1
@@ -189,10 +189,10 @@ def test_cancelled_stream_frames_are_not_applied(make_server):
         assert w.entered.wait(60)
         runner = srv.app.registry.get("c")
         s.send(add_ids=[2], add_boxes=[[0, 0, 1, 1]])
-        while runner.queue.qsize() < 1:
+        while len(runner.pending) < 1:
             pass
         s.close()                                              # client goes away
-        while not all(job.future.cancelled() for job in list(runner.queue._queue)):
+        while not all(job.future.cancelled() for job in list(runner.pending)):
             pass
         w.gate.set()
         d = c.step("c", update_ids=[1], update_boxes=[[0, 0, 2, 2]])
@@ -210,7 +210,7 @@ def test_deleting_a_world_answers_its_queued_frames(make_server):
             assert w.entered.wait(60)
             s.send(add_ids=[2], add_boxes=[[0, 0, 1, 1]])
             runner = srv.app.registry.get("del")
-            while runner.queue.qsize() < 1:
+            while len(runner.pending) < 1:
                 pass
             c.delete_world("del")
             w.gate.set()
