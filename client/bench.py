@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import tracemalloc
@@ -225,6 +226,10 @@ def _f(v, spec=".3f"):
     return "–" if v is None else format(v, spec)
 
 
+def _load(avg) -> str:
+    return "?" if not avg else f"{avg[0]:.1f}"
+
+
 def _size(b: int) -> str:
     return f"{b / 2**20:.1f} MiB" if b >= 2**20 else f"{b / 2**10:.1f} KiB"
 
@@ -267,6 +272,18 @@ def extras_text(x: dict) -> str:
     ])
 
 
+def environment() -> dict:
+    """Context that explains noisy numbers: cores, load average, numba threading layer."""
+    env = dict(cores=os.cpu_count(), load_avg=list(os.getloadavg()) if hasattr(os, "getloadavg") else None)
+    try:
+        import numba
+        env.update(numba_threads=numba.config.NUMBA_NUM_THREADS, threading_layer=numba.threading_layer(),
+                   omp_wait_policy=os.environ.get("OMP_WAIT_POLICY"))
+    except Exception:  # no parallel kernel has run yet (threading_layer raises), or no numba
+        pass
+    return env
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``sapgrid bench``; return the exit status (1 if any check failed)."""
     if getattr(args, "server", None):
@@ -284,6 +301,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"sapgrid bench: {e}", file=sys.stderr)
         return 2
     t_start = time.perf_counter()
+    load_start = environment().get("load_avg")
     rows, warmed = [], set()
     for nm in names:
         row = bench_trace(nm, args, warmed)
@@ -302,11 +320,13 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(extras_text(extras))
     total_s = time.perf_counter() - t_start
-    print(f"\n_{len(rows)} traces, {args.ticks} ticks each, threads {args.threads or 'auto'}; "
-          f"total {total_s:.0f} s_", flush=True)
+    env = dict(environment(), load_avg_start=load_start)
+    print(f"\n_{len(rows)} traces, {args.ticks} ticks each, threads {args.threads or 'auto'}; total {total_s:.0f} s; "
+          f"{env.get('cores')} cores, load average {_load(load_start)} at start, {_load(env.get('load_avg'))} at end; "
+          f"numba threading layer {env.get('threading_layer', '?')}_", flush=True)
     if args.json:
         print(json.dumps(dict(bench="sapgrid", ticks=args.ticks, seed=args.seed, threads=args.threads,
-                              rows=rows, extras=extras, total_s=total_s)), flush=True)
+                              rows=rows, extras=extras, total_s=total_s, env=env)), flush=True)
     bad = [r for r in rows if str(r.get("check", "ok")).startswith("MISMATCH")]
     return 1 if bad else 0
 
