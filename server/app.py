@@ -21,13 +21,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from sapgrid.v1 import echo_service_pb2, echo_service_pb2_grpc, sapgrid_service_pb2, sapgrid_service_pb2_grpc
+from sapgrid.v1 import echo_service_pb2, echo_service_pb2_grpc, sapgrid_service_pb2
 from sapgrid.v1 import world_pb2
 
 from .config import ServerConfig
 from .metrics import Metrics
 from .registry import Registry
-from .servicer import EchoServicer, SapgridServicer
+from .servicer import EchoServicer, SapgridServicer, add_to_server
 
 log = logging.getLogger("sapgrid.server")
 
@@ -97,8 +97,7 @@ async def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metric
                         max_worlds=cfg.max_worlds, engine_threads=cfg.engine_threads, validate=cfg.validate,
                         world_factory=world_factory)
     server = grpc.aio.server(options=grpc_options(cfg))
-    sapgrid_service_pb2_grpc.add_SapgridServiceServicer_to_server(
-        SapgridServicer(registry, metrics, cfg.stream_window), server)
+    add_to_server(SapgridServicer(registry, metrics, cfg.stream_window), server)
     echo_service_pb2_grpc.add_EchoServiceServicer_to_server(EchoServicer(), server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

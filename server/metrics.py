@@ -54,6 +54,7 @@ class Metrics:
         self._per_world = (self.objects, self.pairs, self.created, self.deleted, self.swaps, self.overflows,
                            self.queue_depth, self.subscribers, self.occupied_cells, self.cell_objects_max,
                            self.cell_objects_mean, self.cell_objects_p99)
+        self._children: dict[str, tuple] = {}
         self._http = None
 
     # ---- updates ----------------------------------------------------------------------------
@@ -64,27 +65,36 @@ class Metrics:
 
     def world_deleted(self, world: str, count: int) -> None:
         self.worlds.set(count)
+        self._children.pop(world, None)
         for m in self._per_world:
             _remove(m, world)
         for m in (self.frames, self.latency):
             _remove(m, world)
 
+    def _bound(self, world: str) -> tuple:
+        """The world's labelled children, looked up once (labels() takes a lock and builds keys)."""
+        b = self._children.get(world)
+        if b is None:
+            b = (self.frames.labels(world, "ok"), self.objects.labels(world), self.pairs.labels(world),
+                 self.created.labels(world), self.deleted.labels(world), self.swaps.labels(world),
+                 self.overflows.labels(world), tuple(self.latency.labels(world, p) for p in PHASES))
+            self._children[world] = b
+        return b
+
     def frame_applied(self, world: str, s) -> None:
         """s: the FrameStats message of an applied frame."""
-        self.frames.labels(world, "ok").inc()
-        self.objects.labels(world).set(s.objects)
-        self.pairs.labels(world).set(s.pairs)
-        self.created.labels(world).inc(s.created)
-        self.deleted.labels(world).inc(s.deleted)
-        self.swaps.labels(world).inc(s.swaps)
+        ok, objects, pairs, created, deleted, swaps, overflows, lat = self._bound(world)
+        ok.inc()
+        objects.set(s.objects)
+        pairs.set(s.pairs)
+        created.inc(s.created)
+        deleted.inc(s.deleted)
+        swaps.inc(s.swaps)
         if s.cell_overflows:
-            self.overflows.labels(world).inc(s.cell_overflows)
-        lat = self.latency
-        for phase, value in (("queue", s.queue_seconds), ("validate", s.validate_seconds),
-                             ("rasterize", s.rasterize_seconds), ("apply", s.apply_seconds),
-                             ("merge", s.merge_seconds), ("engine", s.engine_seconds),
-                             ("total", s.server_seconds)):
-            lat.labels(world, phase).observe(value)
+            overflows.inc(s.cell_overflows)
+        for h, value in zip(lat, (s.queue_seconds, s.validate_seconds, s.rasterize_seconds, s.apply_seconds,
+                                  s.merge_seconds, s.engine_seconds, s.server_seconds)):
+            h.observe(value)
 
     def frame_rejected(self, world: str | None, outcome: str) -> None:
         self.frames.labels(world or UNKNOWN_WORLD, outcome).inc()

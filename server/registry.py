@@ -47,8 +47,17 @@ class Job:
     started: float = 0.0
 
 
+@dataclass
+class Applied:
+    """An applied frame: its Delta message, the same serialized (sent as is), a cell occupancy sample or None."""
+
+    delta: frame_pb2.Delta
+    raw: bytes
+    occupancy: Any = None
+
+
 class Subscriber:
-    """A Subscribe stream's buffer: deltas, then _END; ``dropped`` when it fell too far behind."""
+    """A Subscribe stream's buffer: serialized deltas, then _END; ``dropped`` when it fell too far behind."""
 
     def __init__(self, limit: int):
         self.limit = limit
@@ -64,7 +73,7 @@ class Subscriber:
         self.queue.put_nowait(item)
 
     async def next(self):
-        """The next delta message, or None at the end of the stream."""
+        """The next serialized Delta, or None at the end of the stream."""
         item = await self.queue.get()
         return None if item is _END else item
 
@@ -162,9 +171,10 @@ class WorldRunner:
         return await self.submit(fn)
 
     # ---- frames -----------------------------------------------------------------------------
-    def submit_frame(self, frame: frame_pb2.Frame, received: float) -> asyncio.Future:
-        """Decode, queue and (later) apply one frame; the future gets its Delta message.
+    def submit_frame(self, frame, received: float) -> asyncio.Future:
+        """Decode, queue and (later) apply one frame; the future gets its ``Applied`` (Delta message + bytes).
 
+        frame: a frame_pb2.Frame or a wire.FrameView (bulk fields as memoryviews of the request).
         Raises (synchronously) for malformed bytes and a full queue; engine refusals come through the future.
         """
         try:
@@ -174,7 +184,9 @@ class WorldRunner:
             raise
         seq, world, validate = frame.seq, self.world, self.validate
 
-        def work():
+        def work() -> Applied:
+            # In the worker thread: apply, build and serialize the Delta (off the event loop).
+            start = time.perf_counter()
             delta = world.step(**arrays)
             if validate:
                 world.validate()
@@ -185,20 +197,16 @@ class WorldRunner:
             if now - self._last_occupancy >= OCCUPANCY_PERIOD_S:
                 self._last_occupancy = now
                 occupancy = np.asarray(world.cell_occupancy())
-            return msg, occupancy
-
-        def after(result, start: float):
-            msg, occupancy = result
-            done = time.perf_counter()
             msg.stats.queue_seconds = start - enqueued
-            msg.stats.server_seconds = done - received
-            self.objects, self.pairs, self.last_stats = msg.stats.objects, msg.stats.pairs, msg.stats
-            self.metrics.frame_applied(self.name, msg.stats)
-            if occupancy is not None:
-                self.metrics.set_occupancy(self.name, occupancy)
-            for sub in list(self.subscribers):
-                sub.offer(msg)
-            return msg
+            msg.stats.server_seconds = time.perf_counter() - received
+            return Applied(msg, msg.SerializeToString(), occupancy)
+
+        def after(result: Applied, start: float) -> Applied:
+            stats = result.delta.stats
+            self.objects, self.pairs, self.last_stats = stats.objects, stats.pairs, stats
+            # Metrics and subscribers after the caller's answer (call_soon is FIFO: the caller resumes first).
+            self.loop.call_soon(self._published, result)
+            return result
 
         enqueued = time.perf_counter()
         try:
@@ -206,6 +214,13 @@ class WorldRunner:
         except Exception as exc:
             self._rejected(exc)
             raise
+
+    def _published(self, result: Applied) -> None:
+        self.metrics.frame_applied(self.name, result.delta.stats)
+        if result.occupancy is not None:
+            self.metrics.set_occupancy(self.name, result.occupancy)
+        for sub in list(self.subscribers):
+            sub.offer(result.raw)
 
     def _rejected(self, exc: BaseException) -> None:
         self.rejected += 1

@@ -9,13 +9,15 @@ import time
 
 import grpc
 import numpy as np
+from google.protobuf import message_factory
+from google.protobuf.message import DecodeError
 
 from sapgrid.v1 import echo_service_pb2 as echo_pb
 from sapgrid.v1 import echo_service_pb2_grpc as echo_grpc
 from sapgrid.v1 import sapgrid_service_pb2 as pb
 from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
 
-from . import codec
+from . import codec, wire
 from .errors import DimsMismatch, InvalidInput, WorldNotFound, abort, frame_error
 from .metrics import Metrics
 from .registry import Registry
@@ -38,6 +40,33 @@ def _region(values, dims: int) -> np.ndarray:
     if not np.isfinite(region).all():
         raise InvalidInput("region: values must be finite", "region")
     return region
+
+
+def _read(raw: bytes):
+    try:
+        return wire.read_frame(raw)
+    except DecodeError as exc:
+        raise InvalidInput(f"frame: not a valid protobuf message ({exc})", "frame") from None
+
+
+def add_to_server(servicer: "SapgridServicer", server) -> None:
+    """Register SapgridService: protobuf (de)serializers from the descriptors, except raw bytes for the
+    hot frame methods (ApplyFrame, StreamFrames requests and responses; Subscribe responses)."""
+    raw_request = {"ApplyFrame", "StreamFrames"}
+    raw_response = {"ApplyFrame", "StreamFrames", "Subscribe"}
+    make = {(False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, False): grpc.stream_unary_rpc_method_handler, (True, True): grpc.stream_stream_rpc_method_handler}
+    service = pb.DESCRIPTOR.services_by_name["SapgridService"]
+    handlers = {}
+    for m in service.methods:
+        request = message_factory.GetMessageClass(m.input_type)
+        response = message_factory.GetMessageClass(m.output_type)
+        handlers[m.name] = make[m.client_streaming, m.server_streaming](
+            getattr(servicer, m.name),
+            request_deserializer=None if m.name in raw_request else request.FromString,
+            response_serializer=None if m.name in raw_response else response.SerializeToString)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    server.add_registered_method_handlers(service.full_name, handlers)
 
 
 def _pairs_after(pairs: np.ndarray, token: str) -> int:
@@ -90,13 +119,16 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
             raise
         return runner.submit_frame(frame, received)
 
-    async def ApplyFrame(self, request, context):
+    # ApplyFrame, StreamFrames and Subscribe are registered with raw-bytes (de)serializers (see
+    # ``add_to_server``): frames are read zero-copy (wire.read_frame) and the Delta, serialized once in
+    # the worker thread, is framed into the response without another pass through protobuf.
+    async def ApplyFrame(self, raw: bytes, context):
         received = time.perf_counter()
         try:
-            delta = await self._submit(request.frame, received)
+            applied = await self._submit(_read(raw), received)
         except Exception as exc:
             await abort(context, exc)
-        return pb.ApplyFrameResponse(delta=delta)
+        return wire.wrap(1, applied.raw)                          # ApplyFrameResponse.delta
 
     async def StreamFrames(self, request_iterator, context):
         # A reader task queues each frame as it arrives (up to stream_window in flight); this
@@ -105,13 +137,16 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
 
         async def read():
             try:
-                async for request in request_iterator:
+                async for raw in request_iterator:
                     received = time.perf_counter()
+                    seq = 0
                     try:
-                        fut = self._submit(request.frame, received)
+                        frame = _read(raw)
+                        seq = frame.seq
+                        fut = self._submit(frame, received)
                     except Exception as exc:
                         fut = exc
-                    await pending.put((request.frame.seq, fut))
+                    await pending.put((seq, fut))
             finally:
                 pending.put_nowait(None) if not pending.full() else await pending.put(None)
 
@@ -120,14 +155,14 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
             while (item := await pending.get()) is not None:
                 seq, fut = item
                 if isinstance(fut, BaseException):
-                    yield pb.StreamFramesResponse(seq=seq, error=frame_error(fut))
+                    yield pb.StreamFramesResponse(seq=seq, error=frame_error(fut)).SerializeToString()
                     continue
                 try:
-                    delta = await fut
+                    applied = await fut
                 except Exception as exc:
-                    yield pb.StreamFramesResponse(seq=seq, error=frame_error(exc))
+                    yield pb.StreamFramesResponse(seq=seq, error=frame_error(exc)).SerializeToString()
                 else:
-                    yield pb.StreamFramesResponse(seq=seq, delta=delta)
+                    yield wire.varint_field(1, seq) + wire.wrap(2, applied.raw)   # seq, delta
             await reader
         finally:
             reader.cancel()
@@ -191,8 +226,8 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         except Exception as exc:
             await abort(context, exc)
         try:
-            while (delta := await sub.next()) is not None:
-                yield pb.SubscribeResponse(delta=delta)
+            while (raw := await sub.next()) is not None:
+                yield wire.wrap(1, raw)                           # SubscribeResponse.delta
         finally:
             runner.unsubscribe(sub)
         if sub.dropped:
