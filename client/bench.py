@@ -223,7 +223,7 @@ def bench_extras(n: int, args, full_tick_ms: float | None) -> dict:
 # output
 # --------------------------------------------------------------------------
 def _f(v, spec=".3f"):
-    return "–" if v is None else format(v, spec)
+    return "-" if v is None else format(v, spec)
 
 
 def _load(avg) -> str:
@@ -244,9 +244,9 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['trace']} | {r['objects']} | {sg['ticks_done']}/{r['ticks']} | {_f(sg['median_ms'])} "
             f"| {_f(sg['p95_ms'])} | {_f(sg['build_ms'], '.1f')} "
-            f"| {str(pe.get('ticks_done', '–')) + '/' + str(r['ticks']) if pe else '–'} "
+            f"| {str(pe.get('ticks_done', '-')) + '/' + str(r['ticks']) if pe else '-'} "
             f"| {_f(pe.get('median_ms'))} | {_f(pe.get('p95_ms'))} | {_f(r.get('ratio'), '.1f')}x "
-            f"| {sg.get('final_pairs', '–')} | {r.get('check', '–')} |")
+            f"| {sg.get('final_pairs', '-')} | {r.get('check', '-')} |")
     return "\n".join(lines)
 
 
@@ -307,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
         row = bench_trace(nm, args, warmed)
         sg, pe = row["sapgrid"], row.get("peer") or {}
         print(f"{nm}: sapgrid median {_f(sg['median_ms'])} ms, peer median {_f(pe.get('median_ms'))} ms, "
-              f"check {row.get('check', '–')}", flush=True)
+              f"check {row.get('check', '-')}", flush=True)
         rows.append(row)
     if rows:
         print()
