@@ -29,7 +29,7 @@ import numba
 import numpy as np
 
 from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
-from .grid import FLAG_MOVED, FLAG_MOVED_CELLS, FLAG_REMOVED, grid_in_range
+from .grid import FLAG_MOVED, FLAG_MOVED_CELLS, FLAG_REMOVED
 from .hashing import EVENT_REMOVED, pair_key
 
 
@@ -51,242 +51,226 @@ def _overlap_others(bx_pos, base, s, t, dims, skip):
     return True
 
 
-@njit(**NJIT_INLINE)
-def _leaving(h, flag, crange, x, y, z, C):
-    f = flag[h]
-    if f == FLAG_REMOVED:
-        return True
-    if f == FLAG_MOVED_CELLS:
-        return not grid_in_range(crange, h, x, y, z, C)
-    return False
-
-
-@njit(**NJIT_INLINE)
-def _emit(ev_key, eo, cap, cnt, key):
-    if cnt < cap:
-        ev_key[eo + cnt] = key
-    return cnt + 1
-
-
-@njit(**NJIT_INLINE)
-def cell_remove(c, base, n, dims, C, flag, crange, bx_h, bx_pos, ep_val, ep_dat, scratch,
-                pm_keys, pb, pm_n, ev_key, eo, cap, cnt):
-    """Step 1: batch remove. Returns (new n, event count)."""
-    z = c % C[2]
-    y = (c // C[2]) % C[1]
-    x = c // (C[1] * C[2])
-    k = 0
-    for s in range(n):
-        if _leaving(bx_h[base + s], flag, crange, x, y, z, C):
-            scratch[0, s] = -1
-            k += 1
-        else:
-            scratch[0, s] = s - k
-    if k == 0:
-        return n, cnt
-    # the cell's pairs that involve a leaving box are removed
-    for p in range(pm_n):
-        key = pm_keys[pb + p]
-        a = np.int64(key >> np.uint64(32))
-        b = np.int64(key & np.uint64(0xFFFFFFFF))
-        if _leaving(a, flag, crange, x, y, z, C) or _leaving(b, flag, crange, x, y, z, C):
-            cnt = _emit(ev_key, eo, cap, cnt, key | EVENT_REMOVED)
-    # compact every axis in one pass, renumbering slots
-    eb = 2 * base
-    for a in range(dims):
-        w = 0
-        for e in range(1, 2 * n + 1):
-            d = ep_dat[a, eb + e]
-            ns = scratch[0, d >> 1]
-            if ns < 0:
-                continue
-            w += 1
-            ep_val[a, eb + w] = ep_val[a, eb + e]
-            ep_dat[a, eb + w] = (ns << 1) | (d & 1)
-            bx_pos[base + ns, 2 * a + (d & 1)] = w
-    for s in range(n):
-        ns = scratch[0, s]
-        if ns >= 0:
-            bx_h[base + ns] = bx_h[base + s]
-    return n - k, cnt
-
-
-@njit(**NJIT_INLINE)
-def cell_update(base, n, dims, flag, boxes, cat, msk, static, bx_h, bx_pos, ep_val, ep_dat,
-                ev_key, eo, cap, cnt):
-    """Step 2: write moved boxes' values, insertion-sort each axis. Returns (event count, swaps)."""
-    eb = 2 * base
-    moved = 0
-    for s in range(n):
-        h = bx_h[base + s]
-        if flag[h] == FLAG_MOVED or flag[h] == FLAG_MOVED_CELLS:
-            moved += 1
-            for a in range(dims):
-                ep_val[a, eb + bx_pos[base + s, 2 * a]] = boxes[h, a]
-                ep_val[a, eb + bx_pos[base + s, 2 * a + 1]] = boxes[h, dims + a]
-    swaps = 0
-    if moved == 0:
-        return cnt, swaps
-    for a in range(dims):
-        for i in range(2, 2 * n + 1):
-            v = ep_val[a, eb + i]
-            dd = ep_dat[a, eb + i]
-            em = dd & 1
-            j = i - 1
-            pv = ep_val[a, eb + j]
-            pd = ep_dat[a, eb + j]
-            if not (pv > v or (pv == v and (pd & 1) > em)):
-                continue
-            es = dd >> 1
-            while True:
-                ps = pd >> 1
-                pm = pd & 1
-                if pm != em:
-                    # the four rules: only a min/max swap changes an overlap on this axis
-                    if _overlap_others(bx_pos, base, es, ps, dims, a):
-                        ha = bx_h[base + es]
-                        hb = bx_h[base + ps]
-                        if pair_allowed(cat, msk, static, ha, hb):
-                            key = pair_key(ha, hb)
-                            if em == 0:     # min passes a max leftwards: overlap starts
-                                cnt = _emit(ev_key, eo, cap, cnt, key)
-                            else:           # max passes a min leftwards: overlap ends
-                                cnt = _emit(ev_key, eo, cap, cnt, key | EVENT_REMOVED)
-                ep_val[a, eb + j + 1] = pv
-                ep_dat[a, eb + j + 1] = pd
-                bx_pos[base + ps, 2 * a + pm] = j + 1
-                swaps += 1
-                j -= 1
-                pv = ep_val[a, eb + j]
-                pd = ep_dat[a, eb + j]
-                if not (pv > v or (pv == v and (pd & 1) > em)):
-                    break
-            ep_val[a, eb + j + 1] = v
-            ep_dat[a, eb + j + 1] = dd
-            bx_pos[base + es, 2 * a + em] = j + 1
-    return cnt, swaps
-
-
-@njit(**NJIT_INLINE)
-def cell_insert(base, n, dims, ent_h, e0, e1, boxes, cat, msk, static, bx_h, bx_pos, ep_val, ep_dat,
-                scratch, ev_key, eo, cap, cnt):
-    """Step 3: batch insert of the entering handles ``ent_h[e0:e1]``. Returns (new n, event count)."""
-    k = e1 - e0
-    if k == 0:
-        return n, cnt
-    eb = 2 * base
-    for i in range(k):
-        bx_h[base + n + i] = ent_h[e0 + i]
-    vals = np.empty(2 * k, np.float32)
-    dats = np.empty(2 * k, np.int32)
-    for a in range(dims):
-        for i in range(k):
-            h = ent_h[e0 + i]
-            vals[i] = boxes[h, a]
-            dats[i] = (n + i) << 1
-            vals[k + i] = boxes[h, dims + a]
-            dats[k + i] = ((n + i) << 1) | 1
-        # stable sort by value: mins (listed first) stay before maxes at equal values
-        order = np.argsort(vals, kind="mergesort")
-        # reverse merge into the axis: walk both sorted lists from their ends
-        io = 2 * n
-        w = 2 * (n + k)
-        for r in range(2 * k - 1, -1, -1):
-            q = order[r]
-            xv = vals[q]
-            xd = dats[q]
-            while True:
-                ov = ep_val[a, eb + io]
-                od = ep_dat[a, eb + io]
-                if io > 0 and (ov > xv or (ov == xv and (od & 1) > (xd & 1))):
-                    ep_val[a, eb + w] = ov
-                    ep_dat[a, eb + w] = od
-                    bx_pos[base + (od >> 1), 2 * a + (od & 1)] = w
-                    io -= 1
-                    w -= 1
-                else:
-                    break
-            ep_val[a, eb + w] = xv
-            ep_dat[a, eb + w] = xd
-            bx_pos[base + (xd >> 1), 2 * a + (xd & 1)] = w
-            w -= 1
-    n_old = n
-    n += k
-    # box pruning on axis 0: one sweep, two active lists (old boxes, new boxes)
-    no = 0
-    nn = 0
-    for e in range(1, 2 * n + 1):
-        d = ep_dat[0, eb + e]
-        s = d >> 1
-        is_new = s >= n_old
-        if (d & 1) == 0:
-            hs = bx_h[base + s]
-            for i in range(nn):
-                t = scratch[1, i]
-                if _overlap_others(bx_pos, base, s, t, dims, 0):
-                    ht = bx_h[base + t]
-                    if pair_allowed(cat, msk, static, hs, ht):
-                        cnt = _emit(ev_key, eo, cap, cnt, pair_key(hs, ht))
-            if is_new:
-                for i in range(no):
-                    t = scratch[0, i]
-                    if _overlap_others(bx_pos, base, s, t, dims, 0):
-                        ht = bx_h[base + t]
-                        if pair_allowed(cat, msk, static, hs, ht):
-                            cnt = _emit(ev_key, eo, cap, cnt, pair_key(hs, ht))
-                scratch[2, s] = nn
-                scratch[1, nn] = s
-                nn += 1
-            else:
-                scratch[2, s] = no
-                scratch[0, no] = s
-                no += 1
-        else:
-            i = scratch[2, s]
-            if is_new:
-                nn -= 1
-                t = scratch[1, nn]
-                scratch[1, i] = t
-                scratch[2, t] = i
-            else:
-                no -= 1
-                t = scratch[0, no]
-                scratch[0, i] = t
-                scratch[2, t] = i
-    return n, cnt
-
-
-@njit(**NJIT_INLINE)
-def cell_apply(c, dims, C, flag, crange, boxes, cat, msk, static, ent_h, e0, e1,
-               cell_n, cell_base, bx_h, bx_pos, ep_val, ep_dat, scratch,
-               pm_keys, pb, pm_n, ev_key, eo, cap):
-    """One frame of one cell (steps 1-3). Returns (event count, swaps)."""
-    base = cell_base[c]
-    n = cell_n[c]
-    cnt = 0
-    n, cnt = cell_remove(c, base, n, dims, C, flag, crange, bx_h, bx_pos, ep_val, ep_dat, scratch,
-                         pm_keys, pb, pm_n, ev_key, eo, cap, cnt)
-    cnt, swaps = cell_update(base, n, dims, flag, boxes, cat, msk, static, bx_h, bx_pos, ep_val, ep_dat,
-                             ev_key, eo, cap, cnt)
-    n, cnt = cell_insert(base, n, dims, ent_h, e0, e1, boxes, cat, msk, static, bx_h, bx_pos, ep_val,
-                         ep_dat, scratch, ev_key, eo, cap, cnt)
-    cell_n[c] = n
-    return cnt, swaps
-
-
 @njit(**NJIT_PARALLEL)
 def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk, static,
                 cell_n, cell_base, bx_h, bx_pos, ep_val, ep_dat, scratch,
                 cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n, ev_plus, swaps):
-    """Apply every touched cell in parallel. Outputs are indexed by touched cell, never by thread."""
+    """Apply every touched cell in parallel (steps 1-3 of the module docstring).
+
+    Outputs are indexed by touched cell, never by thread: ``ev_n[t]`` events (``ev_plus[t]`` of them
+    "pair added") in ``ev_key[ev_off[t]:ev_off[t + 1]]``, ``swaps[t]`` endpoint swaps.
+
+    NOTE: the body is written out in full on purpose. A call to a helper that takes arrays costs two
+    atomic reference-count updates per array, which here would cost more than the work itself.
+    """
     for t in prange(touched.shape[0]):
         c = touched[t]
+        tid = numba.get_thread_id()
         eo = ev_off[t]
         cap = ev_off[t + 1] - eo
-        cnt, sw = cell_apply(c, dims, C, flag, crange, boxes, cat, msk, static, ent_h,
-                             ent_off[t], ent_off[t + 1], cell_n, cell_base, bx_h, bx_pos, ep_val, ep_dat,
-                             scratch[numba.get_thread_id()], pm_keys, cell_pm_base[c] // 2, cell_pm_n[c],
-                             ev_key, eo, cap)
+        base = cell_base[c]
+        eb = 2 * base
+        n = np.int64(cell_n[c])
+        cnt = 0
+        sw = 0
+        # ---- step 1: batch remove (boxes removed from the world or leaving this cell)
+        cz = c % C[2]
+        cy = (c // C[2]) % C[1]
+        cx = c // (C[1] * C[2])
+        k = 0
+        for s in range(n):
+            h = bx_h[base + s]
+            f = flag[h]
+            if f == FLAG_REMOVED or (f == FLAG_MOVED_CELLS and not (
+                    (cx - crange[h, 0]) % C[0] <= crange[h, 3] and (cy - crange[h, 1]) % C[1] <= crange[h, 4]
+                    and (cz - crange[h, 2]) % C[2] <= crange[h, 5])):
+                scratch[tid, 0, s] = -1
+                k += 1
+            else:
+                scratch[tid, 0, s] = s - k
+        if k > 0:
+            # the cell's pairs that involve a leaving box are removed
+            pb = cell_pm_base[c] // 2
+            for p in range(cell_pm_n[c]):
+                key = pm_keys[pb + p]
+                gone = False
+                for hh in ((key >> np.uint64(32)), (key & np.uint64(0xFFFFFFFF))):
+                    h = np.int64(hh)
+                    f = flag[h]
+                    if f == FLAG_REMOVED or (f == FLAG_MOVED_CELLS and not (
+                            (cx - crange[h, 0]) % C[0] <= crange[h, 3]
+                            and (cy - crange[h, 1]) % C[1] <= crange[h, 4]
+                            and (cz - crange[h, 2]) % C[2] <= crange[h, 5])):
+                        gone = True
+                if gone:
+                    if cnt < cap:
+                        ev_key[eo + cnt] = key | EVENT_REMOVED
+                    cnt += 1
+            # compact every axis in one pass, renumbering slots
+            for a in range(dims):
+                w = 0
+                for e in range(1, 2 * n + 1):
+                    d = ep_dat[a, eb + e]
+                    ns = scratch[tid, 0, d >> 1]
+                    if ns < 0:
+                        continue
+                    w += 1
+                    ep_val[a, eb + w] = ep_val[a, eb + e]
+                    ep_dat[a, eb + w] = (ns << 1) | (d & 1)
+                    bx_pos[base + ns, 2 * a + (d & 1)] = w
+            for s in range(n):
+                ns = scratch[tid, 0, s]
+                if ns >= 0:
+                    bx_h[base + ns] = bx_h[base + s]
+            n -= k
+        # ---- step 2: update values in place, then insertion-sort each axis
+        moved = 0
+        for s in range(n):
+            h = bx_h[base + s]
+            f = flag[h]
+            if f == FLAG_MOVED or f == FLAG_MOVED_CELLS:
+                moved += 1
+                for a in range(dims):
+                    ep_val[a, eb + bx_pos[base + s, 2 * a]] = boxes[h, a]
+                    ep_val[a, eb + bx_pos[base + s, 2 * a + 1]] = boxes[h, dims + a]
+        if moved > 0:
+            for a in range(dims):
+                for i in range(2, 2 * n + 1):
+                    v = ep_val[a, eb + i]
+                    dd = ep_dat[a, eb + i]
+                    em = dd & 1
+                    j = i - 1
+                    pv = ep_val[a, eb + j]
+                    pd = ep_dat[a, eb + j]
+                    if not (pv > v or (pv == v and (pd & 1) > em)):
+                        continue
+                    es = dd >> 1
+                    while True:
+                        ps = pd >> 1
+                        pm = pd & 1
+                        if pm != em:
+                            # the four rules: only a min/max swap changes an overlap on this axis;
+                            # the other axes are tested by positions (their current order)
+                            ok = True
+                            for b in range(dims):
+                                if b != a and not (bx_pos[base + es, 2 * b] < bx_pos[base + ps, 2 * b + 1]
+                                                   and bx_pos[base + ps, 2 * b] < bx_pos[base + es, 2 * b + 1]):
+                                    ok = False
+                                    break
+                            if ok:
+                                ha = bx_h[base + es]
+                                hb = bx_h[base + ps]
+                                if ((cat[ha] & msk[hb]) != 0 and (cat[hb] & msk[ha]) != 0
+                                        and not (static[ha] != 0 and static[hb] != 0)):
+                                    key = pair_key(ha, hb)
+                                    if em == 1:     # a max passes a min leftwards: overlap ends
+                                        key |= EVENT_REMOVED
+                                    if cnt < cap:   # else: a min passes a max leftwards: overlap starts
+                                        ev_key[eo + cnt] = key
+                                    cnt += 1
+                        ep_val[a, eb + j + 1] = pv
+                        ep_dat[a, eb + j + 1] = pd
+                        bx_pos[base + ps, 2 * a + pm] = j + 1
+                        sw += 1
+                        j -= 1
+                        pv = ep_val[a, eb + j]
+                        pd = ep_dat[a, eb + j]
+                        if not (pv > v or (pv == v and (pd & 1) > em)):
+                            break
+                    ep_val[a, eb + j + 1] = v
+                    ep_dat[a, eb + j + 1] = dd
+                    bx_pos[base + es, 2 * a + em] = j + 1
+        # ---- step 3: batch insert: sorted merge from the back, then box pruning on axis 0
+        e0 = ent_off[t]
+        kn = ent_off[t + 1] - e0
+        if kn > 0:
+            for i in range(kn):
+                bx_h[base + n + i] = ent_h[e0 + i]
+            vals = np.empty(2 * kn, np.float32)
+            dats = np.empty(2 * kn, np.int32)
+            for a in range(dims):
+                for i in range(kn):
+                    h = ent_h[e0 + i]
+                    vals[i] = boxes[h, a]
+                    dats[i] = (n + i) << 1
+                    vals[kn + i] = boxes[h, dims + a]
+                    dats[kn + i] = ((n + i) << 1) | 1
+                # stable sort by value: mins (listed first) stay before maxes at equal values
+                order = np.argsort(vals, kind="mergesort")
+                io = 2 * n
+                w = 2 * (n + kn)
+                for r in range(2 * kn - 1, -1, -1):
+                    q = order[r]
+                    xv = vals[q]
+                    xd = dats[q]
+                    while True:
+                        ov = ep_val[a, eb + io]
+                        od = ep_dat[a, eb + io]
+                        if io > 0 and (ov > xv or (ov == xv and (od & 1) > (xd & 1))):
+                            ep_val[a, eb + w] = ov
+                            ep_dat[a, eb + w] = od
+                            bx_pos[base + (od >> 1), 2 * a + (od & 1)] = w
+                            io -= 1
+                            w -= 1
+                        else:
+                            break
+                    ep_val[a, eb + w] = xv
+                    ep_dat[a, eb + w] = xd
+                    bx_pos[base + (xd >> 1), 2 * a + (xd & 1)] = w
+                    w -= 1
+            n_old = n
+            n += kn
+            # one sweep, two active lists: scratch rows 0 (old boxes), 1 (new boxes), 2 (index in list)
+            no = 0
+            nn = 0
+            for e in range(1, 2 * n + 1):
+                d = ep_dat[0, eb + e]
+                s = d >> 1
+                is_new = s >= n_old
+                if (d & 1) == 0:
+                    hs = bx_h[base + s]
+                    for side in range(2):
+                        if side == 0:
+                            m = nn
+                        elif is_new:
+                            m = no
+                        else:
+                            m = 0
+                        for i in range(m):
+                            tt = scratch[tid, 1 - side, i]
+                            ok = True
+                            for b in range(1, dims):
+                                if not (bx_pos[base + s, 2 * b] < bx_pos[base + tt, 2 * b + 1]
+                                        and bx_pos[base + tt, 2 * b] < bx_pos[base + s, 2 * b + 1]):
+                                    ok = False
+                                    break
+                            if ok:
+                                ht = bx_h[base + tt]
+                                if ((cat[hs] & msk[ht]) != 0 and (cat[ht] & msk[hs]) != 0
+                                        and not (static[hs] != 0 and static[ht] != 0)):
+                                    if cnt < cap:
+                                        ev_key[eo + cnt] = pair_key(hs, ht)
+                                    cnt += 1
+                    if is_new:
+                        scratch[tid, 2, s] = nn
+                        scratch[tid, 1, nn] = s
+                        nn += 1
+                    else:
+                        scratch[tid, 2, s] = no
+                        scratch[tid, 0, no] = s
+                        no += 1
+                else:
+                    i = scratch[tid, 2, s]
+                    row = 1 if is_new else 0
+                    if is_new:
+                        nn -= 1
+                        last = scratch[tid, 1, nn]
+                    else:
+                        no -= 1
+                        last = scratch[tid, 0, no]
+                    scratch[tid, row, i] = last
+                    scratch[tid, 2, last] = i
+        cell_n[c] = n
         ev_n[t] = cnt
         swaps[t] = sw
         plus = cnt
@@ -296,6 +280,13 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
                 if (ev_key[eo + r] & EVENT_REMOVED) == 0:
                     plus += 1
         ev_plus[t] = plus
+
+
+@njit(**NJIT_INLINE)
+def _emit(ev_key, eo, cap, cnt, key):
+    if cnt < cap:
+        ev_key[eo + cnt] = key
+    return cnt + 1
 
 
 @njit(**NJIT)
