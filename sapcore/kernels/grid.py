@@ -20,73 +20,10 @@ _CLAMP = 4.0e18
 
 
 @njit(**NJIT_INLINE)
-def grid_range(boxes, i, dims, bmin, inv, C, out, j):
-    """Wrapped cell range of box row ``boxes[i]`` (float32 [2*dims]) into row ``out[j]`` (int32 [6])."""
-    for a in range(3):
-        if a < dims:
-            qlo = (np.float64(boxes[i, a]) - bmin[a]) * inv[a]
-            qhi = (np.float64(boxes[i, dims + a]) - bmin[a]) * inv[a]
-            qlo = min(max(qlo, -_CLAMP), _CLAMP)
-            qhi = min(max(qhi, -_CLAMP), _CLAMP)
-            lo = np.int64(np.floor(qlo))
-            hi = np.int64(np.floor(qhi))
-            span = hi - lo
-            if span > C[a] - 1:
-                span = C[a] - 1
-            out[j, a] = np.int32(lo % C[a])
-            out[j, 3 + a] = np.int32(span)
-        else:
-            out[j, a] = 0
-            out[j, 3 + a] = 0
-
-
-@njit(**NJIT_INLINE)
 def grid_in_range(cr, h, x, y, z, C):
     """Is wrapped cell (x, y, z) inside the range row ``cr[h]``?"""
     return (((x - cr[h, 0]) % C[0] <= cr[h, 3]) and ((y - cr[h, 1]) % C[1] <= cr[h, 4])
             and ((z - cr[h, 2]) % C[2] <= cr[h, 5]))
-
-
-@njit(**NJIT_INLINE)
-def grid_same_range(r, i, s, j):
-    for a in range(6):
-        if r[i, a] != s[j, a]:
-            return False
-    return True
-
-
-@njit(**NJIT_INLINE)
-def grid_range_cells(r, i):
-    return np.int64(r[i, 3] + 1) * np.int64(r[i, 4] + 1) * np.int64(r[i, 5] + 1)
-
-
-@njit(**NJIT_INLINE)
-def _visit(r, ri, C, h, old, oi, has_old, cell_stamp, cell_tidx, frame, touched, nt,
-           ent_c, ent_h, ne, entries):
-    """Touch every cell of range row r[ri]; if ``entries``, list (cell, h) for cells not in old[oi]."""
-    for i in range(r[ri, 3] + 1):
-        x = r[ri, 0] + i
-        if x >= C[0]:
-            x -= C[0]
-        for j in range(r[ri, 4] + 1):
-            y = r[ri, 1] + j
-            if y >= C[1]:
-                y -= C[1]
-            for k in range(r[ri, 5] + 1):
-                z = r[ri, 2] + k
-                if z >= C[2]:
-                    z -= C[2]
-                c = (x * C[1] + y) * C[2] + z
-                if cell_stamp[c] != frame:
-                    cell_stamp[c] = frame
-                    cell_tidx[c] = nt
-                    touched[nt] = c
-                    nt += 1
-                if entries and not (has_old and grid_in_range(old, oi, x, y, z, C)):
-                    ent_c[ne] = c
-                    ent_h[ne] = h
-                    ne += 1
-    return nt, ne
 
 
 @njit(**NJIT)
@@ -99,61 +36,118 @@ def grid_rasterize(dims, bmin, inv, C, boxes, crange, flag,
     ``(touched, ent_off, ent_h)``: the touched cells (int32 [T], in first-touch order), and for
     touched cell t the handles entering it, ``ent_h[ent_off[t]:ent_off[t + 1]]`` (int32), in frame order.
     A cell is touched when a member is removed or moved, or an object enters it.
+
+    NOTE: written out without helper calls: a call with array arguments costs atomic reference-count
+    updates per array, more than the per-object work here.
     """
     nr = rem_h.shape[0]
     nu = upd_h.shape[0]
     na = add_h.shape[0]
+    # pass 1: new ranges (rows [0, nu) updates, [nu, nu + na) adds), bounds of the outputs
     newr = np.empty((nu + na, 6), np.int32)
+    same = np.zeros(nu, np.uint8)
     bound_t = 0
     bound_e = 0
     for i in range(nr):
-        bound_t += grid_range_cells(crange, rem_h[i])
-    for i in range(nu):
-        grid_range(upd_boxes, i, dims, bmin, inv, C, newr, i)
-        h = upd_h[i]
-        bound_t += grid_range_cells(crange, h)
-        if not grid_same_range(newr, i, crange, h):
-            k = grid_range_cells(newr, i)
-            bound_t += k
-            bound_e += k
-    for i in range(na):
-        grid_range(add_boxes, i, dims, bmin, inv, C, newr, nu + i)
-        k = grid_range_cells(newr, nu + i)
+        h = rem_h[i]
+        bound_t += np.int64(crange[h, 3] + 1) * np.int64(crange[h, 4] + 1) * np.int64(crange[h, 5] + 1)
+    for i in range(nu + na):
+        for a in range(3):
+            if a < dims:
+                if i < nu:
+                    vlo = upd_boxes[i, a]
+                    vhi = upd_boxes[i, dims + a]
+                else:
+                    vlo = add_boxes[i - nu, a]
+                    vhi = add_boxes[i - nu, dims + a]
+                qlo = min(max((np.float64(vlo) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)
+                qhi = min(max((np.float64(vhi) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)
+                lo = np.int64(np.floor(qlo))
+                span = min(np.int64(np.floor(qhi)) - lo, C[a] - 1)
+                newr[i, a] = lo % C[a]
+                newr[i, 3 + a] = span
+            else:
+                newr[i, a] = 0
+                newr[i, 3 + a] = 0
+        k = np.int64(newr[i, 3] + 1) * np.int64(newr[i, 4] + 1) * np.int64(newr[i, 5] + 1)
+        if i < nu:
+            h = upd_h[i]
+            bound_t += np.int64(crange[h, 3] + 1) * np.int64(crange[h, 4] + 1) * np.int64(crange[h, 5] + 1)
+            eq = True
+            for a in range(6):
+                if newr[i, a] != crange[h, a]:
+                    eq = False
+            if eq:
+                same[i] = 1
+                continue
         bound_t += k
         bound_e += k
-    ncell = cell_stamp.shape[0]
-    touched = np.empty(min(bound_t, ncell), np.int32)
+    touched = np.empty(min(bound_t, cell_stamp.shape[0]), np.int32)
     ent_c = np.empty(bound_e, np.int32)
     ent_hh = np.empty(bound_e, np.int32)
     nt = 0
     ne = 0
-    for i in range(nr):
-        h = rem_h[i]
-        flag[h] = FLAG_REMOVED
-        nt, ne = _visit(crange, h, C, h, crange, h, False, cell_stamp, cell_tidx, frame,
-                        touched, nt, ent_c, ent_hh, ne, False)
-    for i in range(nu):
-        h = upd_h[i]
-        flag[h] = FLAG_MOVED
-        nt, ne = _visit(crange, h, C, h, crange, h, False, cell_stamp, cell_tidx, frame,
-                        touched, nt, ent_c, ent_hh, ne, False)
-        if not grid_same_range(newr, i, crange, h):
-            nt, ne = _visit(newr, i, C, h, crange, h, True, cell_stamp, cell_tidx, frame,
-                            touched, nt, ent_c, ent_hh, ne, True)
-            for a in range(6):
-                crange[h, a] = newr[i, a]
-            flag[h] = FLAG_MOVED_CELLS
-        for a in range(2 * dims):
-            boxes[h, a] = upd_boxes[i, a]
-    for i in range(na):
-        h = add_h[i]
-        flag[h] = FLAG_ADDED
-        for a in range(6):
-            crange[h, a] = newr[nu + i, a]
-        nt, ne = _visit(crange, h, C, h, crange, h, False, cell_stamp, cell_tidx, frame,
-                        touched, nt, ent_c, ent_hh, ne, True)
-        for a in range(2 * dims):
-            boxes[h, a] = add_boxes[i, a]
+    # pass 2: flags, touched cells (old cells of removed/moved objects, new cells), entries
+    for i in range(nr + nu + na):
+        if i < nr:
+            h = rem_h[i]
+            flag[h] = FLAG_REMOVED
+        elif i < nr + nu:
+            h = upd_h[i - nr]
+            flag[h] = FLAG_MOVED
+        else:
+            h = add_h[i - nr - nu]
+            flag[h] = FLAG_ADDED
+        for phase in range(2):
+            # phase 0: the cells the object is in now; phase 1: the cells it enters
+            if phase == 0:
+                if i >= nr + nu:
+                    continue
+                r0, r1, r2 = crange[h, 0], crange[h, 1], crange[h, 2]
+                s0, s1, s2 = crange[h, 3], crange[h, 4], crange[h, 5]
+            else:
+                if i < nr or (i < nr + nu and same[i - nr] != 0):
+                    continue
+                j = i - nr
+                r0, r1, r2 = newr[j, 0], newr[j, 1], newr[j, 2]
+                s0, s1, s2 = newr[j, 3], newr[j, 4], newr[j, 5]
+            for ii in range(s0 + 1):
+                x = r0 + ii
+                if x >= C[0]:
+                    x -= C[0]
+                for jj in range(s1 + 1):
+                    y = r1 + jj
+                    if y >= C[1]:
+                        y -= C[1]
+                    for kk in range(s2 + 1):
+                        z = r2 + kk
+                        if z >= C[2]:
+                            z -= C[2]
+                        c = (x * C[1] + y) * C[2] + z
+                        if cell_stamp[c] != frame:
+                            cell_stamp[c] = frame
+                            cell_tidx[c] = nt
+                            touched[nt] = c
+                            nt += 1
+                        if phase == 1 and (i >= nr + nu or not (
+                                (x - crange[h, 0]) % C[0] <= crange[h, 3]
+                                and (y - crange[h, 1]) % C[1] <= crange[h, 4]
+                                and (z - crange[h, 2]) % C[2] <= crange[h, 5])):
+                            ent_c[ne] = c
+                            ent_hh[ne] = h
+                            ne += 1
+        if i >= nr:
+            j = i - nr
+            if i >= nr + nu or same[j] == 0:
+                for a in range(6):
+                    crange[h, a] = newr[j, a]
+                if i < nr + nu:
+                    flag[h] = FLAG_MOVED_CELLS
+            for a in range(2 * dims):
+                if i < nr + nu:
+                    boxes[h, a] = upd_boxes[j, a]
+                else:
+                    boxes[h, a] = add_boxes[j - nu, a]
     # counting sort of the entries by touched index (stable: frame order inside a cell)
     ent_off = np.zeros(nt + 1, np.int64)
     for e in range(ne):
