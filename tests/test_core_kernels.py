@@ -1,0 +1,128 @@
+"""Unit tests of sapcore's hash kernels: the pair set (open addressing over one dense pair array),
+the id map, and the per-frame netting of pair events (a pair added and removed within one frame is
+never reported; a persisting pair is never reported again)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sapcore.kernels import idmap as kid
+from sapcore.kernels import merge as kmerge
+from sapcore.kernels import pair_set as kps
+from sapcore.kernels.hashing import EVENT_REMOVED, capacity_for
+
+
+@pytest.mark.parametrize("count,cap", [(0, 16), (7, 16), (8, 32), (15, 32), (16, 64), (33, 128)])
+def test_capacity_keeps_load_at_most_half(count, cap):
+    assert capacity_for(count) == cap
+    assert 2 * count < capacity_for(count)
+
+
+def _pair_set(cap, base=0):
+    slots = np.full(base + cap, -1, np.int32)
+    keys = np.zeros(base // 2 + cap // 2, np.uint64)
+    pay = np.zeros(base // 2 + cap // 2, np.int32)
+    return slots, keys, pay
+
+
+def _check_dense(slots, keys, sb, cap, pb, n, expect):
+    live = set(keys[pb:pb + n].tolist())
+    assert live == expect and len(live) == n
+    used = slots[sb:sb + cap]
+    assert sorted(used[used >= 0].tolist()) == list(range(n)), "every pair has exactly one slot"
+    for p in range(n):
+        assert kps.pair_set_find(slots, keys, sb, cap, pb, keys[pb + p]) == p
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 40)), max_size=200), st.sampled_from([0, 64]))
+def test_pair_set_matches_a_python_set(ops, base):
+    cap = 128
+    slots, keys, pay = _pair_set(cap, base)
+    sb, pb, n, expect = base, base // 2, 0, set()
+    for add, k in ops:
+        key = np.uint64((k % 7) << 32 | (k + 100))   # clustered keys: long probe runs
+        present = kps.pair_set_find(slots, keys, sb, cap, pb, key) >= 0
+        assert present == (int(key) in expect)
+        if add and not present:
+            n = kps.pair_set_insert(slots, keys, pay, sb, cap, pb, n, key, np.int32(k))
+            expect.add(int(key))
+        elif not add and present:
+            i = kps.pair_set_find_slot(slots, keys, sb, cap, pb, key)
+            n = kps.pair_set_remove_slot(slots, keys, pay, sb, cap, pb, n, i)
+            expect.discard(int(key))
+        _check_dense(slots, keys, sb, cap, pb, n, expect)
+    # payloads travel with their keys when the last pair fills a hole
+    for p in range(n):
+        assert int(keys[pb + p]) & 0xFFFFFFFF == int(pay[pb + p]) + 100
+    assert (slots[:base] == -1).all(), "nothing written outside the set's region"
+
+
+def test_pair_set_rehash_keeps_every_pair():
+    slots, keys, pay = _pair_set(64)
+    n = 0
+    for k in range(20):
+        n = kps.pair_set_insert(slots, keys, pay, 0, 64, 0, n, np.uint64(k * 977), np.int32(0))
+    big = np.full(128, -1, np.int32)
+    bkeys = np.zeros(64, np.uint64)
+    bkeys[:n] = keys[:n]
+    kps.pair_set_rehash(big, bkeys, 0, 128, 0, n)
+    _check_dense(big, bkeys, 0, 128, 0, n, {k * 977 for k in range(20)})
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.lists(st.integers(0, 2**64 - 1), unique=True, max_size=60), st.data())
+def test_idmap_insert_find_remove(ids, data):
+    cap = capacity_for(len(ids))
+    keys = np.zeros(cap, np.uint64)
+    vals = np.full(cap, -1, np.int32)
+    arr = np.array(ids, np.uint64)
+    kid.idmap_insert_many(keys, vals, arr, np.arange(len(ids), dtype=np.int32))
+    gone = data.draw(st.sets(st.sampled_from(ids))) if ids else set()
+    kid.idmap_remove_many(keys, vals, np.array(sorted(gone), np.uint64))
+    out = np.empty(len(ids), np.int32)
+    kid.idmap_find_many(keys, vals, arr, out)
+    for i, k in enumerate(ids):
+        assert out[i] == (-1 if k in gone else i)
+    assert (vals >= 0).sum() == len(ids) - len(gone)
+
+
+def _net(events, state):
+    """Run cell_net on one cell whose pair set holds ``state``; return (created, deleted, new state)."""
+    cap = 64
+    slots, keys, flags = np.full(cap, -1, np.int32), np.zeros(cap // 2, np.uint64), np.zeros(cap // 2, np.uint8)
+    n = 0
+    for k in sorted(state):
+        n = kps.pair_set_insert(slots, keys, flags, 0, cap, 0, n, np.uint64(k), kmerge.ACTIVE)
+    ev = np.array([np.uint64(k) | (EVENT_REMOVED if not add else np.uint64(0)) for add, k in events], np.uint64)
+    n, o = kmerge.cell_net(ev, 0, len(ev), slots, keys, flags, 0, cap, n)
+    out = ev[:o]
+    created = {int(k) for k in out if not (k & EVENT_REMOVED)}
+    deleted = {int(k & ~EVENT_REMOVED) for k in out if k & EVENT_REMOVED}
+    assert np.all(flags[:n] == kmerge.ACTIVE)
+    return created, deleted, set(keys[:n].tolist())
+
+
+def test_net_reports_only_changes_that_persist():
+    # added then removed within the frame: nothing; removed then re-added: nothing
+    assert _net([(True, 5), (False, 5)], set()) == (set(), set(), set())
+    assert _net([(False, 7), (True, 7)], {7}) == (set(), set(), {7})
+    # a real add and a real removal, and a flip-flop that ends removed
+    assert _net([(True, 1), (False, 2), (False, 3), (True, 3), (False, 3)], {2, 3, 9}) == ({1}, {2, 3}, {1, 9})
+    # added, removed, added again: created once
+    assert _net([(True, 4), (False, 4), (True, 4)], set()) == ({4}, set(), {4})
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(st.sets(st.integers(1, 12)), st.lists(st.integers(1, 12), max_size=40))
+def test_net_equals_the_difference_of_states(before, toggles):
+    """Any consistent event sequence nets to exactly (after - before, before - after)."""
+    live = set(before)
+    events = []
+    for k in toggles:
+        events.append((k not in live, k))
+        live ^= {k}
+    created, deleted, state = _net(events, before)
+    assert created == live - before
+    assert deleted == before - live
+    assert state == live
