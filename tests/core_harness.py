@@ -27,11 +27,12 @@ def check_pair_array(arr, name: str) -> set:
     assert isinstance(arr, np.ndarray), f"{name}: not an ndarray ({type(arr)})"
     assert arr.dtype == np.uint64, f"{name}: dtype {arr.dtype}, expected uint64"
     assert arr.ndim == 2 and arr.shape[1] == 2, f"{name}: shape {arr.shape}, expected [K, 2]"
-    rows = [tuple(r) for r in arr.tolist()]
-    bad = [r for r in rows if not r[0] < r[1]]
-    assert not bad, f"{name}: rows with low >= high: {bad[:5]}"
-    assert rows == sorted(set(rows)), f"{name}: rows not sorted or not unique"
-    return set(rows)
+    lo, hi = arr[:, 0], arr[:, 1]
+    bad = arr[lo >= hi]
+    assert not len(bad), f"{name}: rows with low >= high: {bad[:5].tolist()}"
+    increasing = (lo[1:] > lo[:-1]) | ((lo[1:] == lo[:-1]) & (hi[1:] > hi[:-1]))
+    assert increasing.all(), f"{name}: rows not sorted or not unique at row {int(np.argmin(increasing)) + 1}"
+    return array_to_pairs(arr)
 
 
 def random_region(rng: np.random.Generator, cfg: WorldConfig) -> np.ndarray:

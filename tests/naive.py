@@ -24,13 +24,13 @@ ALL_BITS = 0xFFFFFFFF
 
 def pairs_to_array(pairs) -> np.ndarray:
     """Sorted uint64 [K, 2] array of an iterable of (low, high) int pairs."""
-    rows = sorted((int(a), int(b)) for a, b in pairs)
-    return np.array(rows, dtype=np.uint64).reshape(-1, 2)
+    return np.array(sorted(pairs), dtype=np.uint64).reshape(-1, 2)
 
 
 def array_to_pairs(arr) -> set:
     """Set of (low, high) Python-int tuples of a [K, 2] array."""
-    return {(int(a), int(b)) for a, b in np.asarray(arr).reshape(-1, 2).tolist()}
+    arr = np.asarray(arr, dtype=np.uint64).reshape(-1, 2)
+    return set(zip(arr[:, 0].tolist(), arr[:, 1].tolist()))
 
 
 def brute_force_pairs(ids, boxes, category, mask, static) -> set:
@@ -57,10 +57,8 @@ def brute_force_pairs(ids, boxes, category, mask, static) -> set:
     hit &= ~(static[:, None] & static[None, :])
     hit &= np.triu(np.ones((n, n), dtype=bool), k=1)
     ia, ib = np.nonzero(hit)
-    out = set()
-    for a, b in zip(ids[ia].tolist(), ids[ib].tolist()):
-        out.add((a, b) if a < b else (b, a))
-    return out
+    a, b = ids[ia], ids[ib]
+    return set(zip(np.minimum(a, b).tolist(), np.maximum(a, b).tolist()))
 
 
 def _ids(x, field):

@@ -254,3 +254,49 @@ def test_cell_occupancy_follows_the_wrapping_grid():
         f"occupancy {occ.reshape(4, 4).tolist()} != expected {grid.tolist()} (or its transpose)"
     twin.step(remove_ids=np.arange(len(boxes)))
     assert not twin.world.cell_occupancy().any()
+
+
+@pytest.mark.parametrize("cells", [(1, 1), (2, 2)])
+def test_dense_pile(cells):
+    """Hundreds of mutually overlapping boxes in one frame (event buffers overflow and must be redone),
+    then all of them teleported away and back; ids share their low bits (k << 40) or are near 2**64."""
+    cfg = cfg2(cells=cells, bounds=(0.0, 0.0, 8.0, 8.0), threads=2)
+    rng = np.random.default_rng(11)
+    twin = Twin(cfg, seed=11)
+    mirror = new_world(dataclasses.replace(cfg, threads=1))
+    n = 300
+    ids = np.r_[np.arange(n // 2, dtype=np.uint64) << np.uint64(40), np.uint64(2**64 - 1) - np.arange(n // 2, dtype=np.uint64)]
+    pile = np.c_[3.0 + rng.random((n, 2)), 4.0 + 2 * rng.random((n, 2))]  # every box covers (4, 4)
+    away = pile + 100.0 * 8.0 + 1.0  # a hundred world sizes away, so the same cells, no overlap with pile
+    frames = [
+        dict(add_ids=ids, add_boxes=pile),
+        dict(update_ids=ids[::2], update_boxes=away[::2]),
+        dict(update_ids=ids, update_boxes=np.r_[pile[: n // 2], away[n // 2:]][rng.permutation(n)]),
+        dict(remove_ids=ids[:100], update_ids=ids[100:], update_boxes=pile[100:]),
+        dict(add_ids=ids[:100], add_boxes=away[:100]),
+    ]
+    for k, f in enumerate(frames):
+        a, b = twin.step(**f), mirror.step(**f)
+        assert a.created.tobytes() == b.created.tobytes() and a.deleted.tobytes() == b.deleted.tobytes(), f"frame {k}"
+    assert len(twin.active) >= 200 * 199 // 2
+
+
+def test_growth_and_shrink_over_frames():
+    """The world grows from empty to 2400 objects 300 a frame, with churn, then shrinks back to empty."""
+    cfg = cfg2(cells=(8, 8), bounds=(0.0, 0.0, 64.0, 64.0), threads=2)
+    rng = np.random.default_rng(17)
+    twin = Twin(cfg, seed=17, queries_per_frame=1)
+    gen = SceneGen(cfg, rng, adversarial=0.3, extent=0.4)
+    for _ in range(8):
+        f = gen.frame(twin.oracle, move=0.3, remove=0.05, add=0.0)
+        f.pop("add_ids", None)
+        add = gen.fill(twin.oracle, 300)
+        twin.step(**f, **add)
+    while twin.oracle.object_count:
+        f = gen.frame(twin.oracle, move=0.3, remove=0.0, add=0.0)
+        f["remove_ids"] = twin.oracle.ids()[:500]
+        if "update_ids" in f:
+            keep = ~np.isin(f["update_ids"], f["remove_ids"])
+            f["update_ids"], f["update_boxes"] = f["update_ids"][keep], f["update_boxes"][keep]
+        twin.step(**f)
+    assert not twin.active and twin.world.object_count == 0
