@@ -44,8 +44,14 @@ def frame_check_ids(keys, vals, rem_ids, upd_ids, add_ids, rem_h, upd_h, mark):
     nu = upd_ids.shape[0]
     nr_done = 0
     nu_done = 0
+    mask = keys.shape[0] - 1
     for i in range(nr):
-        h = idmap_find(keys, vals, rem_ids[i])
+        # id map probe, written out (a call with array arguments costs more than the probe)
+        key = rem_ids[i]
+        j = np.int64(hash_u64(key) & np.uint64(mask))
+        while vals[j] >= 0 and keys[j] != key:
+            j = (j + 1) & mask
+        h = vals[j]
         rem_h[i] = h
         if h < 0:
             code, which, index = 1, 0, i
@@ -57,7 +63,11 @@ def frame_check_ids(keys, vals, rem_ids, upd_ids, add_ids, rem_h, upd_h, mark):
         nr_done = i + 1
     if code == 0:
         for i in range(nu):
-            h = idmap_find(keys, vals, upd_ids[i])
+            key = upd_ids[i]
+            j = np.int64(hash_u64(key) & np.uint64(mask))
+            while vals[j] >= 0 and keys[j] != key:
+                j = (j + 1) & mask
+            h = vals[j]
             upd_h[i] = h
             if h < 0:
                 code, which, index = 1, 1, i
