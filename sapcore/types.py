@@ -49,8 +49,8 @@ class WorldConfig:
             raise ConfigError(f"cells must be {self.dims} integers >= 1, got {self.cells!r}")
         if max(c) > 32767:
             raise ConfigError(f"at most 32767 cells per axis, got {max(c)}")
-        if math.prod(c) > 1 << 24:
-            raise ConfigError(f"too many cells ({math.prod(c)}; at most {1 << 24})")
+        if math.prod(c) > 1 << 22:
+            raise ConfigError(f"too many cells ({math.prod(c)}; at most {1 << 22})")
         if self.threads is not None and int(self.threads) < 1:
             raise ConfigError("threads must be >= 1")
         if not 1 <= int(self.max_objects) <= (1 << 30):

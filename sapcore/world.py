@@ -45,6 +45,8 @@ _EMPTY_PAIRS = np.zeros((0, 2), np.uint64)
 #: Parallel kernels of different worlds never run at the same time: numba's default threading layer
 #: (workqueue) does not support concurrent launches, and each launch already uses every core.
 _PARALLEL_LOCK = threading.Lock()
+#: Frames touching fewer cells than this are applied on the calling thread alone.
+_PARALLEL_MIN_CELLS = 64
 _LO32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 
@@ -98,7 +100,7 @@ class World:
         self._bmin[:d] = b[:d]
         self._inv = np.ones(3)
         self._inv[:d] = C[:d] / (b[d:] - b[:d])
-        self._threads = config.threads
+        self._max_threads = min(config.threads or numba.config.NUMBA_NUM_THREADS, numba.config.NUMBA_NUM_THREADS)
         self._coord_limit = np.float32(min(config.coord_limit, 3.0e38))
         self.n_cells = int(np.prod(C))
         self.frames = 0
@@ -133,7 +135,7 @@ class World:
         self._g_cnt = np.zeros(8, np.int32)
         self._gn = 0
         # Workspace: event buffer, reused between frames
-        self._scratch_ev = np.zeros(1024, np.uint64)
+        self._scratch_ev = np.empty(1024, np.uint64)
 
     # ------------------------------------------------------------------ storage
     def _alloc_objects(self, cap):
@@ -380,8 +382,6 @@ class World:
                                            f"more than its limit of {self.config.max_objects}")
         t1 = time.perf_counter()
         stats = FrameStats(validate_s=t1 - t0)
-        if self._threads is not None:
-            numba.set_num_threads(min(self._threads, numba.config.NUMBA_NUM_THREADS))
         self.frames += 1
         frame = self.frames
 
@@ -411,10 +411,10 @@ class World:
         ev_cap = 8 + self._cell_pm_n[touched] // 2 + cell_n // 2 + 2 * n_ent
         ev_off = np.zeros(nt + 1, np.int64)
         np.cumsum(ev_cap, out=ev_off[1:])
-        if ev_off[-1] > self._scratch_ev.shape[0]:
-            self._scratch_ev = np.zeros(int(ev_off[-1] * 1.5), np.uint64)
-        elif ev_off[-1] < self._scratch_ev.shape[0] // 4:
-            self._scratch_ev = np.zeros(int(ev_off[-1] * 1.5), np.uint64)
+        need = int(ev_off[-1])
+        if need > self._scratch_ev.shape[0] or self._scratch_ev.shape[0] > 8 * max(need, 1 << 16):
+            # grow, or give back a buffer left far too big by a burst (e.g. the initial batch insert)
+            self._scratch_ev = np.empty(need + need // 2, np.uint64)
         ev_key = self._scratch_ev
         ev_n = np.zeros(nt, np.int64)
         ev_plus = np.zeros(nt, np.int64)
@@ -423,7 +423,10 @@ class World:
         scratch = np.empty((numba.config.NUMBA_NUM_THREADS, 3, max_cap + 1), np.int32)
 
         t_res = time.perf_counter()
-        # phase 4: every touched cell's SAP, in parallel
+        # phase 4: every touched cell's SAP, in parallel (a small frame stays on this thread: waking
+        # the workers would cost more than its work)
+        threads = self._max_threads if nt >= _PARALLEL_MIN_CELLS else 1
+        numba.set_num_threads(threads)
         with _PARALLEL_LOCK:
             ksap.cells_apply(touched, ent_off, ent_h, self.dims, self._C, self._obj_flag, self._obj_crange,
                              self._obj_box, self._obj_cat, self._obj_mask, self._obj_static,

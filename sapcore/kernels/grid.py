@@ -45,7 +45,7 @@ def grid_rasterize(dims, bmin, inv, C, boxes, crange, flag,
     na = add_h.shape[0]
     # pass 1: new ranges (rows [0, nu) updates, [nu, nu + na) adds), bounds of the outputs
     newr = np.empty((nu + na, 6), np.int32)
-    same = np.zeros(nu, np.uint8)
+    same = np.zeros(nu, np.uint8)      # 1: same cells, 2: same box (nothing to do)
     bound_t = 0
     bound_e = 0
     for i in range(nr):
@@ -72,6 +72,14 @@ def grid_rasterize(dims, bmin, inv, C, boxes, crange, flag,
         k = np.int64(newr[i, 3] + 1) * np.int64(newr[i, 4] + 1) * np.int64(newr[i, 5] + 1)
         if i < nu:
             h = upd_h[i]
+            still = True
+            for a in range(2 * dims):
+                if upd_boxes[i, a] != boxes[h, a]:
+                    still = False
+                    break
+            if still:           # an update that does not move the box costs nothing more
+                same[i] = 2
+                continue
             bound_t += np.int64(crange[h, 3] + 1) * np.int64(crange[h, 4] + 1) * np.int64(crange[h, 5] + 1)
             eq = True
             for a in range(6):
@@ -93,6 +101,8 @@ def grid_rasterize(dims, bmin, inv, C, boxes, crange, flag,
             h = rem_h[i]
             flag[h] = FLAG_REMOVED
         elif i < nr + nu:
+            if same[i - nr] == 2:
+                continue
             h = upd_h[i - nr]
             flag[h] = FLAG_MOVED
         else:
