@@ -300,3 +300,28 @@ def test_growth_and_shrink_over_frames():
             f["update_ids"], f["update_boxes"] = f["update_ids"][keep], f["update_boxes"][keep]
         twin.step(**f)
     assert not twin.active and twin.world.object_count == 0
+
+
+@pytest.mark.parametrize("cells", [(32, 24), (400, 1)])
+def test_many_cells_and_huge_boxes(cells):
+    """Boxes in hundreds of cells at once: a pair of two huge boxes lives in every cell, and must be
+    reported once when it appears and once when it goes."""
+    cfg = cfg2(cells=cells, bounds=(0.0, 0.0, 64.0, 64.0), threads=2)
+    rng = np.random.default_rng(23)
+    twin = Twin(cfg, seed=23, queries_per_frame=2)
+    gen = SceneGen(cfg, rng, adversarial=0.5, extent=2.0)
+    twin.step(**gen.fill(twin.oracle, 200))
+    huge = np.array([[-1e5, -1e5, 1e5, 1e5], [0, 0, 64, 64], [-10, 3, 80, 3], [5, -100, 5, 200]] * 2, float)
+    hid = np.arange(10**12, 10**12 + len(huge))
+    twin.step(add_ids=hid, add_boxes=huge)
+    for k in range(5):
+        f = gen.frame(twin.oracle, move=0.5, teleport=0.1, remove=0.1, add=0.1)
+        for key in ("update_ids", "remove_ids"):  # the huge ones move only below
+            if key in f:
+                keep = ~np.isin(f[key], hid)
+                f[key] = f[key][keep]
+                if key == "update_ids":
+                    f["update_boxes"] = f["update_boxes"][keep]
+        twin.step(**f)
+        twin.step(update_ids=hid, update_boxes=rng.permutation(huge) if k % 2 else huge * 0.01)
+    twin.step(remove_ids=hid)
