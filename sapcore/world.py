@@ -420,7 +420,10 @@ class World:
         ev_plus = np.zeros(nt, np.int64)
         swaps = np.zeros(nt, np.int64)
         max_cap = int(self._cell_cap[touched].max()) if nt else 0
-        scratch = np.empty((numba.config.NUMBA_NUM_THREADS, 3, max_cap + 1), np.int32)
+        nth = numba.config.NUMBA_NUM_THREADS
+        scratch = np.empty((nth, 3, max_cap + 1), np.int32)
+        fscratch = np.empty((nth, 2 * max_cap + 2), np.float32)
+        iscratch = np.empty((nth, 2 * max_cap + 2), np.int32)
 
         t_res = time.perf_counter()
         # phase 4: every touched cell's SAP, in parallel (a small frame stays on this thread: waking
@@ -431,7 +434,7 @@ class World:
             ksap.cells_apply(touched, ent_off, ent_h, self.dims, self._C, self._obj_flag, self._obj_crange,
                              self._obj_box, self._obj_cat, self._obj_mask, self._obj_static,
                              self._cell_n, self._cell_base, self._bx_h, self._bx_pos, self._ep_val, self._ep_dat,
-                             scratch, self._cell_pm_base, self._cell_pm_n, self._pm_keys,
+                             scratch, fscratch, iscratch, self._cell_pm_base, self._cell_pm_n, self._pm_keys,
                              ev_key, ev_off, ev_n, ev_plus, swaps)
         # phase 5: overflowed event slices are recomputed exactly
         over = ev_n > ev_cap

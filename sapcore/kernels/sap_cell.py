@@ -7,7 +7,9 @@ Arena layout (cell c owns a region of ``cell_cap[c] + 1`` box units starting at 
     ep_val[a, 2*base + e]         float32 endpoint value, e in [0, 2n]; e = 0 is the -inf sentinel
     ep_dat[a, 2*base + e]         int32   packed endpoint: local slot << 1 | is_max
 
-Workspace: ``scratch[thread, 3, max cell capacity]`` int32, one block per worker thread.
+Workspace, one block per worker thread: ``scratch[thread, 3, cap]`` int32 (slot renumbering, active
+lists of the sweep), ``fscratch[thread, 2 * cap]`` float32 and ``iscratch[thread, 2 * cap]`` int32 (new
+endpoints), with cap the largest capacity of a touched cell.
 
 Endpoints on an axis are sorted by (value, is_max): at equal values a min comes first, which makes
 touching boxes overlap (inclusive rule). Overlap on the other axes is decided by endpoint positions
@@ -53,7 +55,7 @@ def _overlap_others(bx_pos, base, s, t, dims, skip):
 
 @njit(**NJIT_PARALLEL)
 def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk, static,
-                cell_n, cell_base, bx_h, bx_pos, ep_val, ep_dat, scratch,
+                cell_n, cell_base, bx_h, bx_pos, ep_val, ep_dat, scratch, fscratch, iscratch,
                 cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n, ev_plus, swaps):
     """Apply every touched cell in parallel (steps 1-3 of the module docstring).
 
@@ -186,23 +188,40 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
         if kn > 0:
             for i in range(kn):
                 bx_h[base + n + i] = ent_h[e0 + i]
-            vals = np.empty(2 * kn, np.float32)
-            dats = np.empty(2 * kn, np.int32)
+            m2 = 2 * kn
             for a in range(dims):
+                # the new endpoints, sorted by (value, is_max) in this thread's workspace
                 for i in range(kn):
                     h = ent_h[e0 + i]
-                    vals[i] = boxes[h, a]
-                    dats[i] = (n + i) << 1
-                    vals[kn + i] = boxes[h, dims + a]
-                    dats[kn + i] = ((n + i) << 1) | 1
-                # stable sort by value: mins (listed first) stay before maxes at equal values
-                order = np.argsort(vals, kind="mergesort")
+                    fscratch[tid, i] = boxes[h, a]
+                    iscratch[tid, i] = (n + i) << 1
+                    fscratch[tid, kn + i] = boxes[h, dims + a]
+                    iscratch[tid, kn + i] = ((n + i) << 1) | 1
+                if m2 <= 64:
+                    for i in range(1, m2):
+                        xv = fscratch[tid, i]
+                        xd = iscratch[tid, i]
+                        j = i - 1
+                        while j >= 0 and (fscratch[tid, j] > xv
+                                          or (fscratch[tid, j] == xv and (iscratch[tid, j] & 1) > (xd & 1))):
+                            fscratch[tid, j + 1] = fscratch[tid, j]
+                            iscratch[tid, j + 1] = iscratch[tid, j]
+                            j -= 1
+                        fscratch[tid, j + 1] = xv
+                        iscratch[tid, j + 1] = xd
+                else:
+                    # stable sort by value: mins (listed first) stay before maxes at equal values
+                    order = np.argsort(fscratch[tid, :m2], kind="mergesort")
+                    sv = fscratch[tid, :m2][order]
+                    sd = iscratch[tid, :m2][order]
+                    fscratch[tid, :m2] = sv
+                    iscratch[tid, :m2] = sd
+                # reverse merge into the axis: walk both sorted lists from their ends
                 io = 2 * n
                 w = 2 * (n + kn)
-                for r in range(2 * kn - 1, -1, -1):
-                    q = order[r]
-                    xv = vals[q]
-                    xd = dats[q]
+                for r in range(m2 - 1, -1, -1):
+                    xv = fscratch[tid, r]
+                    xd = iscratch[tid, r]
                     while True:
                         ov = ep_val[a, eb + io]
                         od = ep_dat[a, eb + io]
