@@ -2,10 +2,13 @@
 the same frames and check every DESIGN.md "Semantics" invariant after every frame.
 
 ``Twin`` is the one place the checks live; the property, scenario and validation tests only build frames.
-Frames are dicts of ``World.step`` keyword arguments, kept in ``Twin.frames`` so that a failure can be
-replayed (``frames_repr``) or saved as a regression input (``save_frames``, loaded by ``load_frames``).
+Frames are dicts of ``World.step`` keyword arguments, kept in ``Twin.frames``; when a check fails they
+are saved (``save_frames``) so that ``replay`` reproduces the failure and ``frames_repr`` prints it.
 """
 from __future__ import annotations
+
+import os
+import tempfile
 
 import numpy as np
 
@@ -13,6 +16,9 @@ import sapcore
 from naive import NaiveWorld, array_to_pairs
 from sapcore import WorldConfig
 
+#: where Twin saves the frames of a failed check (the last failure wins, so after a hypothesis run it
+#: holds the shrunk example)
+REPRO_PATH = os.path.join(tempfile.gettempdir(), "sapcore-repro-last.npz")
 FRAME_KEYS = ("remove_ids", "add_ids", "add_boxes", "add_category", "add_mask", "add_static",
               "update_ids", "update_boxes")
 
@@ -52,21 +58,28 @@ def random_region(rng: np.random.Generator, cfg: WorldConfig) -> np.ndarray:
 class Twin:
     """A World and its oracle stepped together; ``step`` checks everything after the frame."""
 
-    def __init__(self, cfg: WorldConfig, queries_per_frame: int = 3, seed: int = 0, check_pairs=True):
+    def __init__(self, cfg: WorldConfig, queries_per_frame: int = 3, seed: int = 0):
         self.cfg = cfg
         self.world = new_world(cfg)
         self.oracle = NaiveWorld.from_config(cfg)
         self.active: set = set()  # running sum of the deltas
         self.frames: list[dict] = []
-        self.deltas: list = []
         self.queries_per_frame = queries_per_frame
         self.rng = np.random.default_rng(seed)
-        self.check_pairs = check_pairs
 
     def step(self, **frame):
+        """Step both worlds with ``frame`` and check everything; on a failed check the frames so far are
+        saved to REPRO_PATH (replay them with ``replay``)."""
         frame = {k: v for k, v in frame.items() if v is not None}
         self.frames.append(frame)
-        n = len(self.frames) - 1
+        try:
+            return self._step_checked(frame, len(self.frames) - 1)
+        except AssertionError as e:
+            save_frames(REPRO_PATH, self.cfg, self.frames)
+            raise AssertionError(f"{e}\n[{len(self.frames)} frames saved to {REPRO_PATH}; "
+                                 f"core_harness.replay({str(REPRO_PATH)!r}) replays them]") from None
+
+    def _step_checked(self, frame, n):
         delta = self.world.step(**frame)
         expect = self.oracle.step(**frame)
         created = check_pair_array(delta.created, f"frame {n} created")
@@ -84,7 +97,6 @@ class Twin:
         got_stats = (s.objects, s.pairs, s.created, s.deleted)
         want_stats = (expect.stats.objects, expect.stats.pairs, len(created), len(deleted))
         assert got_stats == want_stats, f"frame {n}: stats (objects, pairs, created, deleted) {got_stats} != {want_stats}"
-        self.deltas.append(delta)
         self.check_state(n)
         return delta
 
@@ -96,22 +108,18 @@ class Twin:
         assert ids.dtype == np.uint64 and np.array_equal(ids, o.ids()), f"frame {n}: ids() differ"
         got = w.boxes(ids)
         assert got.dtype == np.float32 and np.array_equal(got, o.boxes(ids)), f"frame {n}: boxes() differ"
-        if self.check_pairs:
-            pairs = check_pair_array(w.pairs(), f"frame {n} pairs()")
-            truth = o.pair_set()
-            assert pairs == truth, (f"frame {n} pairs(): missing {sorted(truth - pairs)[:5]}, "
-                                    f"extra {sorted(pairs - truth)[:5]}")
-            assert self.active == truth, f"frame {n}: sum of deltas != active pairs"
-            assert w.pair_count == len(truth), f"frame {n}: pair_count {w.pair_count} != {len(truth)}"
+        pairs = check_pair_array(w.pairs(), f"frame {n} pairs()")
+        truth = o.pair_set()
+        assert pairs == truth, (f"frame {n} pairs(): missing {sorted(truth - pairs)[:5]}, "
+                                f"extra {sorted(pairs - truth)[:5]}")
+        assert self.active == truth, f"frame {n}: sum of deltas != active pairs"
+        assert w.pair_count == len(truth), f"frame {n}: pair_count {w.pair_count} != {len(truth)}"
         assert w.frames == o.frames, f"frame {n}: frames {w.frames} != {o.frames}"
         for _ in range(self.queries_per_frame):
             region = random_region(self.rng, self.cfg)
             q = w.query(region)
             assert q.dtype == np.uint64, f"frame {n}: query dtype {q.dtype}"
             assert np.array_equal(q, o.query(region)), f"frame {n}: query({region.tolist()}) differs"
-
-    def frames_repr(self) -> str:
-        return frames_repr(self.frames)
 
 
 def frames_repr(frames) -> str:
@@ -145,3 +153,13 @@ def load_frames(path):
         if name[:4].isdigit():
             frames[int(name[:4])][name[5:]] = z[name]
     return int(z["dims"]), tuple(z["bounds"].tolist()), tuple(z["cells"].tolist()), frames
+
+
+def replay(path, threads=1) -> Twin:
+    """Replay saved frames through a checked Twin (raises at the first failing frame); copy a failing
+    file into tests/data/ to keep it as a regression input."""
+    dims, bounds, cells, frames = load_frames(path)
+    twin = Twin(WorldConfig(dims=dims, bounds=bounds, cells=cells, threads=threads))
+    for f in frames:
+        twin.step(**f)
+    return twin
