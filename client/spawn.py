@@ -30,10 +30,17 @@ class SpawnedServer:
                     ready.set()
             ready.set()
 
-        threading.Thread(target=pump, daemon=True).start()
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
         if not ready.wait(timeout) or self.address is None:
             self.stop()
             raise RuntimeError("the spawned sapgrid server did not start:\n" + "\n".join(self.lines))
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the process to exit and for its output to be read into ``lines``."""
+        rc = self.proc.wait(timeout)
+        self._pump.join(timeout)
+        return rc
 
     def stop(self, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:
@@ -42,8 +49,7 @@ class SpawnedServer:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return self.wait()
 
     def __enter__(self):
         return self

@@ -44,6 +44,7 @@ class Job:
     enqueued: float
     after: Callable[[Any, float], Any] | None = None   # on the loop, with (result, start time): frames only
     failed: Callable[[BaseException], None] | None = None
+    published: Callable[[Any], None] | None = None     # on the loop, after the caller got the result
     started: float = 0.0
 
 
@@ -149,17 +150,20 @@ class WorldRunner:
                     result = job.after(result, job.started)
                 if not job.future.done():
                     job.future.set_result(result)
+                if job.published is not None:
+                    # After the caller's answer: set_result scheduled the caller first (call_soon is FIFO).
+                    self.loop.call_soon(job.published, result)
         finally:
             self._start_next()
 
-    def submit(self, fn: Callable[[], Any], after=None, failed=None) -> asyncio.Future:
+    def submit(self, fn: Callable[[], Any], after=None, failed=None, published=None) -> asyncio.Future:
         """Queue a job; its future gets fn's result (after ``after``). Full queue: RESOURCE_EXHAUSTED."""
         if self.closed:
             raise WorldNotFound(self.name)
         if len(self.pending) >= self.queue_size:
             raise Exhausted(f"world {self.name!r}: queue full ({self.queue_size} frames/queries waiting)")
         fut = self.loop.create_future()
-        self.pending.append(Job(fn, fut, time.perf_counter(), after, failed))
+        self.pending.append(Job(fn, fut, time.perf_counter(), after, failed, published))
         if self.running is None:
             self._start_next()
         else:
@@ -204,13 +208,11 @@ class WorldRunner:
         def after(result: Applied, start: float) -> Applied:
             stats = result.delta.stats
             self.objects, self.pairs, self.last_stats = stats.objects, stats.pairs, stats
-            # Metrics and subscribers after the caller's answer (call_soon is FIFO: the caller resumes first).
-            self.loop.call_soon(self._published, result)
             return result
 
         enqueued = time.perf_counter()
         try:
-            return self.submit(work, after, self._rejected)
+            return self.submit(work, after, self._rejected, self._published)
         except Exception as exc:
             self._rejected(exc)
             raise

@@ -56,7 +56,7 @@ def test_config_precedence():
 
 
 def test_sigterm_finishes_queued_frames():
-    srv = SpawnedServer("--default-world", "", "--worker-threads", "2")
+    srv = SpawnedServer("--default-world", "", "--worker-threads", "2", "--grace-seconds", "120")
     try:
         n, ticks = 20_000, 30
         rng = np.random.default_rng(7)
@@ -71,7 +71,7 @@ def test_sigterm_finishes_queued_frames():
             rest = [s.recv() for _ in seqs[1:]]            # every queued frame is still answered
             assert [d.seq for d in [first, *rest]] == seqs
             assert rest[-1].frame == ticks + 1
-        assert srv.proc.wait(60) == 0
+        assert srv.wait(120) == 0
         assert any("shutting down" in line for line in srv.lines)
     finally:
         srv.stop()
