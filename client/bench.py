@@ -94,7 +94,7 @@ def run_sapgrid(trace: traces.Trace, threads, budget_s: float, cells=None) -> tu
     world = sapcore.World(cfg)
     res = rp.replay(world, trace, budget_s=budget_s)
     out = dict(build_ms=res.build_ms, ticks_done=res.ticks_done, cells=list(cfg.cells),
-               apply_s=res.apply_s, **rp.timing_summary(res.times_ms))
+               apply_s=res.apply_s, phases_s=res.phases_s, **rp.timing_summary(res.times_ms))
     if res.final_keys is not None:
         out["final_pairs"] = int(len(res.final_keys))
     mem = getattr(world, "memory_bytes", None)

@@ -160,6 +160,7 @@ class ReplayResult:
     deleted_per_tick: list = field(default_factory=list)
     apply_s: float = 0.0                 # sum of delta.stats.apply_s over the ticks
     build_apply_s: float = 0.0
+    phases_s: dict = field(default_factory=dict)   # sum over the ticks of each FrameStats phase (+ swaps)
     final_keys: np.ndarray | None = None  # sorted uint64 [P] (only when the whole trace ran)
     final_objects: int | None = None
 
@@ -178,9 +179,23 @@ class ReplayResult:
         return out
 
 
+#: FrameStats fields summed over the ticks (the engine's own phase timings, seconds; swaps a count)
+PHASES = ("validate_s", "rasterize_s", "apply_s", "merge_s", "total_s", "swaps")
+
+
 def _apply_s(delta) -> float:
     stats = getattr(delta, "stats", None)
     return float(getattr(stats, "apply_s", 0.0) or 0.0)
+
+
+def _add_phases(acc: dict, delta) -> None:
+    stats = getattr(delta, "stats", None)
+    if stats is None:
+        return
+    for k in PHASES:
+        v = getattr(stats, k, None)
+        if v is not None:
+            acc[k] = acc.get(k, 0) + v
 
 
 def replay(world, trace: traces.Trace, budget_s: float | None = None, final_pairs: bool = True) -> ReplayResult:
@@ -214,6 +229,7 @@ def replay(world, trace: traces.Trace, budget_s: float | None = None, final_pair
         res.deleted_per_tick.append(d)
         res.pairs_per_tick.append(pairs)
         res.apply_s += _apply_s(delta)
+        _add_phases(res.phases_s, delta)
         spent += dt
         if budget_s is not None and spent > budget_s and t + 1 < trace.ticks:
             return res
@@ -294,12 +310,19 @@ def run(args: argparse.Namespace) -> int:
                    initial_pairs=res.initial_pairs, final_pairs=got["final_pairs"],
                    created_total=got["created_total"], deleted_total=got["deleted_total"],
                    final_pairs_sha256=got["final_pairs_sha256"], final_objects=res.final_objects,
-                   apply_s=res.apply_s, checked=bool(args.check), status="ok")
+                   apply_s=res.apply_s, phases_s=res.phases_s, checked=bool(args.check), status="ok")
     print(f"build {res.build_ms:.1f} ms (warm-up {warm_ms:.0f} ms); per tick: median {_fmt(tim['median_ms'], '.3f')} "
           f"ms, p95 {_fmt(tim['p95_ms'], '.3f')} ms, mean {_fmt(tim['mean_ms'], '.3f')} ms, "
           f"max {_fmt(tim['max_ms'], '.3f')} ms over {res.ticks_done} ticks")
     print(f"pairs: initial {res.initial_pairs}, final {got['final_pairs']} "
           f"(created {got['created_total']}, deleted {got['deleted_total']}); sha256 {got['final_pairs_sha256'][:16]}...")
+    ph = res.phases_s
+    if ph.get("total_s") and res.times_ms:
+        step_s = sum(res.times_ms) / 1e3
+        print("engine phases, summed over the ticks: " + ", ".join(
+            f"{k[:-2]} {ph[k] * 1e3:.1f} ms" for k in PHASES if k.endswith("_s") and k in ph)
+            + f"; step wall {step_s * 1e3:.1f} ms (outside the engine's total: {(step_s - ph['total_s']) * 1e3:.1f} ms)"
+            + (f"; {int(ph['swaps'])} endpoint swaps" if "swaps" in ph else ""))
     rc = 0
     if args.check:
         want, source = expected_for(trace)
