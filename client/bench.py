@@ -266,7 +266,8 @@ def extras_text(x: dict) -> str:
         f"- memory ({x['memory_source']}): {_size(x['memory_bytes'])} = "
         f"{_f(x['bytes_per_object'], '.0f')} B/object, {_f(x['bytes_per_pair'], '.0f')} B/pair "
         f"({x['pairs']} pairs)",
-        f"- apply phase over {x['apply_ticks']} full-motion ticks (best of 2): 1 thread {_f(x['apply_s_t1'] * 1e3, '.1f')} ms, "
+        f"- apply phase over {x['apply_ticks']} full-motion ticks (best of 2): "
+        f"1 thread {_f(x['apply_s_t1'] * 1e3, '.1f')} ms, "
         f"2 threads {_f(x['apply_s_t2'] * 1e3, '.1f')} ms -> speed-up {_f(x['apply_speedup'], '.2f')}x "
         f"(tick median {_f(x['tick_median_ms_t1'])} vs {_f(x['tick_median_ms_t2'])} ms)",
     ])

@@ -315,7 +315,8 @@ def run(args: argparse.Namespace) -> int:
           f"ms, p95 {_fmt(tim['p95_ms'], '.3f')} ms, mean {_fmt(tim['mean_ms'], '.3f')} ms, "
           f"max {_fmt(tim['max_ms'], '.3f')} ms over {res.ticks_done} ticks")
     print(f"pairs: initial {res.initial_pairs}, final {got['final_pairs']} "
-          f"(created {got['created_total']}, deleted {got['deleted_total']}); sha256 {got['final_pairs_sha256'][:16]}...")
+          f"(created {got['created_total']}, deleted {got['deleted_total']}); "
+          f"sha256 {got['final_pairs_sha256'][:16]}...")
     ph = res.phases_s
     if ph.get("total_s") and res.times_ms:
         step_s = sum(res.times_ms) / 1e3
