@@ -4,7 +4,15 @@ Kernels are compiled once and cached on disk (``cache=True``); they release the 
 so the server's event loop and other worlds keep running while a frame is applied. No kernel takes a
 callback, so every one of them can be cached.
 """
-import numba
+import os
+
+# Worker threads sleep between parallel regions instead of spinning: sapgrid runs next to a game server
+# and other worlds, and a spinning OpenMP worker that holds a core the game needs turns a 2 ms frame
+# into 30 ms (measured on the 2-core reference machine under load). Must be set before numba loads
+# its OpenMP layer; an explicit setting by the user wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numba  # noqa: E402
 
 NJIT = dict(cache=True, nogil=True, boundscheck=False, error_model="numpy")
 NJIT_PARALLEL = dict(NJIT, parallel=True)
