@@ -367,6 +367,11 @@ class World:
         add_static = self._check_column(add_static, na, "add_static", np.uint8, 0)
         rem_h = np.empty(rem.shape[0], np.int32)
         upd_h = np.empty(upd.shape[0], np.int32)
+        # small frames stay on this thread: waking the workers would cost more than the work
+        numba.set_num_threads(self._max_threads if rem.shape[0] + upd.shape[0] + na >= 4096 else 1)
+        with _PARALLEL_LOCK:
+            kval.idmap_lookup(self._idk, self._idv, rem, rem_h)
+            kval.idmap_lookup(self._idk, self._idv, upd, upd_h)
         code, which, index = kval.frame_check_ids(self._idk, self._idv, rem, upd, add, rem_h, upd_h,
                                                   self._obj_flag)
         if code:
@@ -397,9 +402,14 @@ class World:
             self._obj_alive[add_h] = 1
 
         # phase 2: rasterize (serial)
+        newr = np.empty((upd_h.shape[0] + na, 6), np.int32)
+        same = np.empty(upd_h.shape[0], np.uint8)
+        with _PARALLEL_LOCK:
+            kgrid.grid_ranges(self.dims, self._bmin, self._inv, self._C, self._obj_box, self._obj_crange,
+                              upd_h, upd_boxes, add_boxes, newr, same)
         touched, ent_off, ent_h = kgrid.grid_rasterize(
-            self.dims, self._bmin, self._inv, self._C, self._obj_box, self._obj_crange, self._obj_flag,
-            rem_h, upd_h, upd_boxes, add_h, add_boxes, self._cell_stamp, self._cell_tidx, frame)
+            self.dims, self._C, self._obj_box, self._obj_crange, self._obj_flag, rem_h, upd_h, upd_boxes,
+            add_h, add_boxes, newr, same, self._cell_stamp, self._cell_tidx, frame)
         t2 = time.perf_counter()
         stats.rasterize_s = t2 - t1
 
@@ -426,10 +436,8 @@ class World:
         iscratch = np.empty((nth, 2 * max_cap + 2), np.int32)
 
         t_res = time.perf_counter()
-        # phase 4: every touched cell's SAP, in parallel (a small frame stays on this thread: waking
-        # the workers would cost more than its work)
-        threads = self._max_threads if nt >= _PARALLEL_MIN_CELLS else 1
-        numba.set_num_threads(threads)
+        # phase 4: every touched cell's SAP, in parallel
+        numba.set_num_threads(self._max_threads if nt >= _PARALLEL_MIN_CELLS else 1)
         with _PARALLEL_LOCK:
             ksap.cells_apply(touched, ent_off, ent_h, self.dims, self._C, self._obj_flag, self._obj_crange,
                              self._obj_box, self._obj_cat, self._obj_mask, self._obj_static,

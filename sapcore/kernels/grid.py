@@ -8,7 +8,7 @@ cell its box touches; its handle remembers them).
 """
 import numpy as np
 
-from .._numba import NJIT, NJIT_INLINE, njit
+from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
 
 FLAG_NONE = 0
 FLAG_MOVED = 1
@@ -26,32 +26,13 @@ def grid_in_range(cr, h, x, y, z, C):
             and ((z - cr[h, 2]) % C[2] <= cr[h, 5]))
 
 
-@njit(**NJIT)
-def grid_rasterize(dims, bmin, inv, C, boxes, crange, flag,
-                   rem_h, upd_h, upd_boxes, add_h, add_boxes,
-                   cell_stamp, cell_tidx, frame):
-    """Apply a validated frame to the object table and list the per-cell work (serial).
-
-    Writes the new boxes, cell ranges and per-frame flags of the frame's objects, then returns
-    ``(touched, ent_off, ent_h)``: the touched cells (int32 [T], in first-touch order), and for
-    touched cell t the handles entering it, ``ent_h[ent_off[t]:ent_off[t + 1]]`` (int32), in frame order.
-    A cell is touched when a member is removed or moved, or an object enters it.
-
-    NOTE: written out without helper calls: a call with array arguments costs atomic reference-count
-    updates per array, more than the per-object work here.
-    """
-    nr = rem_h.shape[0]
+@njit(**NJIT_PARALLEL)
+def grid_ranges(dims, bmin, inv, C, boxes, crange, upd_h, upd_boxes, add_boxes, newr, same):
+    """New cell ranges of the frame's updates (rows [0, nu) of ``newr``) and adds (rows [nu, nu + na)),
+    in parallel; ``same[i]`` is 2 when update i keeps its box, 1 when it keeps its cells, else 0."""
     nu = upd_h.shape[0]
-    na = add_h.shape[0]
-    # pass 1: new ranges (rows [0, nu) updates, [nu, nu + na) adds), bounds of the outputs
-    newr = np.empty((nu + na, 6), np.int32)
-    same = np.zeros(nu, np.uint8)      # 1: same cells, 2: same box (nothing to do)
-    bound_t = 0
-    bound_e = 0
-    for i in range(nr):
-        h = rem_h[i]
-        bound_t += np.int64(crange[h, 3] + 1) * np.int64(crange[h, 4] + 1) * np.int64(crange[h, 5] + 1)
-    for i in range(nu + na):
+    na = add_boxes.shape[0]
+    for i in prange(nu + na):
         for a in range(3):
             if a < dims:
                 if i < nu:
@@ -69,24 +50,49 @@ def grid_rasterize(dims, bmin, inv, C, boxes, crange, flag,
             else:
                 newr[i, a] = 0
                 newr[i, 3 + a] = 0
-        k = np.int64(newr[i, 3] + 1) * np.int64(newr[i, 4] + 1) * np.int64(newr[i, 5] + 1)
         if i < nu:
             h = upd_h[i]
             still = True
             for a in range(2 * dims):
                 if upd_boxes[i, a] != boxes[h, a]:
                     still = False
-                    break
-            if still:           # an update that does not move the box costs nothing more
-                same[i] = 2
-                continue
-            bound_t += np.int64(crange[h, 3] + 1) * np.int64(crange[h, 4] + 1) * np.int64(crange[h, 5] + 1)
             eq = True
             for a in range(6):
                 if newr[i, a] != crange[h, a]:
                     eq = False
-            if eq:
-                same[i] = 1
+            same[i] = 2 if still else (1 if eq else 0)
+
+
+@njit(**NJIT)
+def grid_rasterize(dims, C, boxes, crange, flag, rem_h, upd_h, upd_boxes, add_h, add_boxes, newr, same,
+                   cell_stamp, cell_tidx, frame):
+    """Apply a validated frame to the object table and list the per-cell work (serial).
+
+    ``newr`` and ``same`` come from ``grid_ranges``. Writes the new boxes, cell ranges and per-frame
+    flags of the frame's objects, then returns ``(touched, ent_off, ent_h)``: the touched cells (int32 [T], in first-touch order), and for
+    touched cell t the handles entering it, ``ent_h[ent_off[t]:ent_off[t + 1]]`` (int32), in frame order.
+    A cell is touched when a member is removed or moved, or an object enters it.
+
+    NOTE: written out without helper calls: a call with array arguments costs atomic reference-count
+    updates per array, more than the per-object work here.
+    """
+    nr = rem_h.shape[0]
+    nu = upd_h.shape[0]
+    na = add_h.shape[0]
+    # pass 1: bounds of the outputs
+    bound_t = 0
+    bound_e = 0
+    for i in range(nr):
+        h = rem_h[i]
+        bound_t += np.int64(crange[h, 3] + 1) * np.int64(crange[h, 4] + 1) * np.int64(crange[h, 5] + 1)
+    for i in range(nu + na):
+        k = np.int64(newr[i, 3] + 1) * np.int64(newr[i, 4] + 1) * np.int64(newr[i, 5] + 1)
+        if i < nu:
+            if same[i] == 2:
+                continue
+            h = upd_h[i]
+            bound_t += np.int64(crange[h, 3] + 1) * np.int64(crange[h, 4] + 1) * np.int64(crange[h, 5] + 1)
+            if same[i] == 1:
                 continue
         bound_t += k
         bound_e += k

@@ -1,7 +1,7 @@
 """Frame validation kernels: find the first bad entry of a frame without changing anything."""
 import numpy as np
 
-from .._numba import NJIT, njit
+from .._numba import NJIT, NJIT_PARALLEL, njit, prange
 from .hashing import hash_u64
 from .idmap import idmap_find
 
@@ -31,9 +31,21 @@ def boxes_check(boxes, dims, limit):
     return -1, BOX_OK, 0
 
 
+@njit(**NJIT_PARALLEL)
+def idmap_lookup(keys, vals, ids, out):
+    """out[i] = handle of ids[i], or -1 (parallel; the id map is only read)."""
+    mask = keys.shape[0] - 1
+    for i in prange(ids.shape[0]):
+        key = ids[i]
+        j = np.int64(hash_u64(key) & np.uint64(mask))
+        while vals[j] >= 0 and keys[j] != key:
+            j = (j + 1) & mask
+        out[i] = vals[j]
+
+
 @njit(**NJIT)
 def frame_check_ids(keys, vals, rem_ids, upd_ids, add_ids, rem_h, upd_h, mark):
-    """Resolve removes/updates to handles and check every id rule of a frame.
+    """Check every id rule of a frame, given the handles of its removes and updates (-1: unknown).
 
     ``mark`` is a per-handle uint8 scratch array, all zero on entry and on return.
     Returns (code, which, index): code 0 ok, 1 unknown id, 2 duplicate id, 3 live id re-added;
@@ -42,46 +54,19 @@ def frame_check_ids(keys, vals, rem_ids, upd_ids, add_ids, rem_h, upd_h, mark):
     code, which, index = 0, 0, -1
     nr = rem_ids.shape[0]
     nu = upd_ids.shape[0]
-    nr_done = 0
-    nu_done = 0
-    mask = keys.shape[0] - 1
-    for i in range(nr):
-        # id map probe, written out (a call with array arguments costs more than the probe)
-        key = rem_ids[i]
-        j = np.int64(hash_u64(key) & np.uint64(mask))
-        while vals[j] >= 0 and keys[j] != key:
-            j = (j + 1) & mask
-        h = vals[j]
-        rem_h[i] = h
-        if h < 0:
-            code, which, index = 1, 0, i
-            break
-        if mark[h] != 0:
-            code, which, index = 2, 0, i
+    done = 0
+    for i in range(nr + nu):
+        h = rem_h[i] if i < nr else upd_h[i - nr]
+        if h < 0 or mark[h] != 0:
+            code = 1 if h < 0 else 2
+            which = 0 if i < nr else 1
+            index = i if i < nr else i - nr
             break
         mark[h] = 1
-        nr_done = i + 1
-    if code == 0:
-        for i in range(nu):
-            key = upd_ids[i]
-            j = np.int64(hash_u64(key) & np.uint64(mask))
-            while vals[j] >= 0 and keys[j] != key:
-                j = (j + 1) & mask
-            h = vals[j]
-            upd_h[i] = h
-            if h < 0:
-                code, which, index = 1, 1, i
-                break
-            if mark[h] != 0:
-                code, which, index = 2, 1, i
-                break
-            mark[h] = 1
-            nu_done = i + 1
+        done = i + 1
     # the scratch marks must come back all zero
-    for i in range(nr_done):
-        mark[rem_h[i]] = 0
-    for i in range(nu_done):
-        mark[upd_h[i]] = 0
+    for i in range(done):
+        mark[rem_h[i] if i < nr else upd_h[i - nr]] = 0
     if code != 0:
         return code, which, index
     # adds: not live, and no duplicate among themselves (a small scratch hash set)
