@@ -103,7 +103,8 @@ class WorldRunner:
     pairs: int = 0
     last_stats: world_pb2.FrameStats | None = None
     subscribers: set = field(default_factory=set)
-    closed: bool = False
+    closed: bool = False              # no new jobs (deleted, or the server is shutting down)
+    deleted: bool = False             # deleted: its metric series are gone
 
     def __post_init__(self):
         self.loop = asyncio.get_running_loop()
@@ -129,11 +130,15 @@ class WorldRunner:
             job.started = time.perf_counter()
             self.pool.submit(job.fn).add_done_callback(
                 lambda f, job=job: self.loop.call_soon_threadsafe(self._finish, job, f))
-            self.metrics.set_queue_depth(self.name, len(self.pending))
+            self._queue_depth()
             return
         self.running = None
         self.idle.set()
-        self.metrics.set_queue_depth(self.name, 0)
+        self._queue_depth()
+
+    def _queue_depth(self) -> None:
+        if not self.deleted:                  # a deleted world's series are gone; never re-create them
+            self.metrics.set_queue_depth(self.name, len(self.pending))
 
     def _finish(self, job: Job, f) -> None:
         """A job's completion, on the loop: results, metrics, subscribers; then the next job."""
@@ -167,7 +172,7 @@ class WorldRunner:
         if self.running is None:
             self._start_next()
         else:
-            self.metrics.set_queue_depth(self.name, len(self.pending))
+            self._queue_depth()
         return fut
 
     async def run(self, fn: Callable[[], Any]) -> Any:
@@ -218,15 +223,16 @@ class WorldRunner:
             raise
 
     def _published(self, result: Applied) -> None:
-        self.metrics.frame_applied(self.name, result.delta.stats)
-        if result.occupancy is not None:
-            self.metrics.set_occupancy(self.name, result.occupancy)
+        if not self.deleted:
+            self.metrics.frame_applied(self.name, result.delta.stats)
+            if result.occupancy is not None:
+                self.metrics.set_occupancy(self.name, result.occupancy)
         for sub in list(self.subscribers):
             sub.offer(result.raw)
 
     def _rejected(self, exc: BaseException) -> None:
         self.rejected += 1
-        self.metrics.frame_rejected(self.name, outcome(exc))
+        self.metrics.frame_rejected(None if self.deleted else self.name, outcome(exc))
 
     # ---- subscribers, stats, lifecycle ------------------------------------------------------
     def subscribe(self) -> Subscriber:
@@ -239,7 +245,7 @@ class WorldRunner:
 
     def unsubscribe(self, sub: Subscriber) -> None:
         self.subscribers.discard(sub)
-        if not self.closed:
+        if not self.deleted:
             self.metrics.set_subscribers(self.name, len(self.subscribers))
 
     def info(self) -> world_pb2.WorldInfo:
@@ -253,7 +259,7 @@ class WorldRunner:
 
     def close(self) -> None:
         """Deleted: queued jobs fail with NOT_FOUND, subscribers' streams end (a running job finishes)."""
-        self.closed = True
+        self.closed = self.deleted = True
         while self.pending:
             job = self.pending.popleft()
             if not job.future.done():

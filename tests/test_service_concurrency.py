@@ -6,6 +6,7 @@ A ``GatedWorld`` wraps the real sapcore.World so a test can hold a world's worke
 from __future__ import annotations
 
 import threading
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 
 from sapcore import World, WorldConfig
 from sapgrid.client import Client
-from sapgrid.errors import DeadlineExceeded, ResourceExhausted
+from sapgrid.errors import DeadlineExceeded, NotFound, ResourceExhausted
 from service_helpers import assert_same_pairs, random_boxes
 
 CFG = WorldConfig(dims=2, bounds=(0, 0, 100, 100), cells=(4, 4))
@@ -215,6 +216,8 @@ def test_deleting_a_world_answers_its_queued_frames(make_server):
             c.delete_world("del")
             w.gate.set()
             s.recv()                                           # the running frame completes
-            from sapgrid.errors import NotFound
             with pytest.raises(NotFound):
                 s.recv()
+        c.list_worlds()                                        # a round trip: deferred metric updates ran
+        with urllib.request.urlopen(srv.metrics_url, timeout=30) as r:
+            assert 'world="del"' not in r.read().decode()      # no series re-created for the deleted world
