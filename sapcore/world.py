@@ -101,7 +101,13 @@ class World:
         self._inv = np.ones(3)
         self._inv[:d] = C[:d] / (b[d:] - b[:d])
         self._max_threads = min(config.threads or numba.config.NUMBA_NUM_THREADS, numba.config.NUMBA_NUM_THREADS)
-        self._coord_limit = np.float32(min(config.coord_limit, 3.0e38))
+        # |coordinate| <= coord_limit, checked on the caller's values; float32 values are checked against
+        # the limit rounded up to float32, so a value at the limit passes in either precision
+        self._coord_limit = float(config.coord_limit)
+        lim32 = np.float32(min(self._coord_limit, 3.0e38))
+        if float(lim32) < self._coord_limit:
+            lim32 = np.nextafter(lim32, np.float32(np.inf))
+        self._coord_limit32 = lim32
         self.n_cells = int(np.prod(C))
         self.frames = 0
         # objects, by handle
@@ -319,17 +325,17 @@ class World:
             # values that overflow float32 are reported as out of range, not silently made infinite
             with np.errstate(invalid="ignore", over="ignore"):
                 b64 = b.astype(np.float64)
-                bad = np.isfinite(b64) & (np.abs(b64) > float(self._coord_limit))
+                bad = np.isfinite(b64) & (np.abs(b64) > self._coord_limit)
             if bad.any():
                 r, col = np.argwhere(bad)[0]
                 raise FrameError(field, int(r), _BOX_REASON[kval.BOX_OUT_OF_RANGE].format(
-                    axis=int(col) % self.dims, limit=float(self._coord_limit)))
+                    axis=int(col) % self.dims, limit=self._coord_limit))
             with np.errstate(invalid="ignore", over="ignore"):
                 b = b.astype(np.float32)
         b = np.ascontiguousarray(b, np.float32)
-        row, code, axis = kval.boxes_check(b, self.dims, self._coord_limit)
+        row, code, axis = kval.boxes_check(b, self.dims, self._coord_limit32)
         if row >= 0:
-            raise FrameError(field, int(row), _BOX_REASON[code].format(axis=axis, limit=float(self._coord_limit)))
+            raise FrameError(field, int(row), _BOX_REASON[code].format(axis=axis, limit=self._coord_limit))
         return b
 
     @staticmethod
