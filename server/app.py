@@ -95,7 +95,7 @@ async def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metric
     metrics = metrics or Metrics()
     registry = Registry(pool, metrics, queue_size=cfg.queue_size, subscriber_limit=cfg.subscriber_queue,
                         max_worlds=cfg.max_worlds, engine_threads=cfg.engine_threads, validate=cfg.validate,
-                        world_factory=world_factory)
+                        world_factory=world_factory, engine_lock=cfg.engine_lock)
     server = grpc.aio.server(options=grpc_options(cfg))
     add_to_server(SapgridServicer(registry, metrics, cfg.stream_window), server)
     echo_service_pb2_grpc.add_EchoServiceServicer_to_server(EchoServicer(), server)

@@ -13,6 +13,8 @@ finishes (frames are atomic) and its delta still goes to subscribers and metrics
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import re
 import time
@@ -27,6 +29,7 @@ import numpy as np
 from sapgrid.v1 import frame_pb2, world_pb2
 
 from . import codec
+from .engine_lock import make_engine_lock
 from .errors import Exhausted, InvalidInput, ShuttingDown, WorldExists, WorldNotFound, outcome
 from .metrics import Metrics
 
@@ -46,6 +49,11 @@ class Job:
     failed: Callable[[BaseException], None] | None = None
     published: Callable[[Any], None] | None = None     # on the loop, after the caller got the result
     started: float = 0.0
+
+
+def _guarded(lock, fn):
+    with lock:
+        return fn()
 
 
 @dataclass
@@ -97,6 +105,7 @@ class WorldRunner:
     queue_size: int
     subscriber_limit: int
     validate: bool = False
+    engine_lock: Any = field(default_factory=contextlib.nullcontext)   # see engine_lock.py
     frames: int = 0
     rejected: int = 0
     objects: int = 0
@@ -128,7 +137,7 @@ class WorldRunner:
             self.running = job
             self.idle.clear()
             job.started = time.perf_counter()
-            self.pool.submit(job.fn).add_done_callback(
+            self.pool.submit(_guarded, self.engine_lock, job.fn).add_done_callback(
                 lambda f, job=job: self.loop.call_soon_threadsafe(self._finish, job, f))
             self._queue_depth()
             return
@@ -281,7 +290,7 @@ class Registry:
 
     def __init__(self, pool: Executor, metrics: Metrics, *, queue_size: int = 64, subscriber_limit: int = 1024,
                  max_worlds: int = 256, engine_threads: int = 0, validate: bool = False,
-                 world_factory: Callable[[Any], Any] | None = None):
+                 world_factory: Callable[[Any], Any] | None = None, engine_lock: str = "auto"):
         self.pool = pool
         self.metrics = metrics
         self.queue_size = queue_size
@@ -290,6 +299,7 @@ class Registry:
         self.engine_threads = engine_threads
         self.validate = validate
         self.world_factory = world_factory
+        self.engine_lock = make_engine_lock(engine_lock)
         self.worlds: dict[str, WorldRunner] = {}
         self._pending: set[str] = set()
         self.closing = False
@@ -321,11 +331,12 @@ class Registry:
             from sapcore import World as factory
         self._pending.add(name)
         try:
-            world = await asyncio.get_running_loop().run_in_executor(self.pool, factory, config)
+            world = await asyncio.get_running_loop().run_in_executor(
+                self.pool, _guarded, self.engine_lock, functools.partial(factory, config))
         finally:
             self._pending.discard(name)
         runner = WorldRunner(name, world, config, int(config_msg.expected_objects), self.pool, self.metrics,
-                             self.queue_size, self.subscriber_limit, self.validate)
+                             self.queue_size, self.subscriber_limit, self.validate, self.engine_lock)
         self.worlds[name] = runner
         self.metrics.world_created(name, len(self.worlds))
         log.info("world %r created: dims=%d cells=%s", name, config.dims, config.cells)
