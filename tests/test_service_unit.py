@@ -88,3 +88,19 @@ def test_servicer_without_network():
             await servicer.registry.close()
 
     asyncio.run(main())
+
+
+def test_slow_subscriber_is_dropped_not_blocking():
+    from sapgrid.server.registry import Subscriber
+
+    async def main():
+        sub = Subscriber(limit=3)
+        for i in range(10):                      # the world never waits for a subscriber
+            sub.offer(bytes([i]))
+        got = []
+        while (item := await sub.next()) is not None:
+            got.append(item)
+        return sub.dropped, got
+
+    dropped, got = asyncio.run(main())
+    assert dropped and got == [b"\x00", b"\x01", b"\x02"]
