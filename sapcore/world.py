@@ -51,7 +51,7 @@ _LO32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 
 
-def auto_cells(dims: int, bounds, n_objects: int, per_cell: float = 12.0) -> tuple:
+def auto_cells(dims: int, bounds, n_objects: int, per_cell: float = 32.0) -> tuple:
     """Cells per axis for ``n_objects`` spread over ``bounds``: about ``per_cell`` objects a cell,
     cells as cubic as the bounds allow (a flat axis gets one cell)."""
     b = np.asarray(bounds, np.float64)
@@ -412,10 +412,13 @@ class World:
         same = np.empty(upd_h.shape[0], np.uint8)
         with _PARALLEL_LOCK:
             kgrid.grid_ranges(self.dims, self._bmin, self._inv, self._C, self._obj_box, self._obj_crange,
-                              upd_h, upd_boxes, add_boxes, newr, same)
+                              self._obj_flag, upd_h, upd_boxes, add_h, add_boxes, newr, same)
+        # when most objects move, every occupied cell is touched: cheaper than touching cell by cell
+        moving = upd_h.shape[0] - int(np.count_nonzero(same == 2)) if upd_h.shape[0] else 0
+        dense = 2 * (moving + rem.shape[0]) >= live
         touched, ent_off, ent_h = kgrid.grid_rasterize(
-            self.dims, self._C, self._obj_box, self._obj_crange, self._obj_flag, rem_h, upd_h, upd_boxes,
-            add_h, add_boxes, newr, same, self._cell_stamp, self._cell_tidx, frame)
+            self._C, self._obj_crange, self._obj_flag, self._cell_n, rem_h, upd_h, add_h, newr, same, dense,
+            self._cell_stamp, self._cell_tidx, frame)
         t2 = time.perf_counter()
         stats.rasterize_s = t2 - t1
 

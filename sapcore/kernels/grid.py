@@ -27,9 +27,14 @@ def grid_in_range(cr, h, x, y, z, C):
 
 
 @njit(**NJIT_PARALLEL)
-def grid_ranges(dims, bmin, inv, C, boxes, crange, upd_h, upd_boxes, add_boxes, newr, same):
-    """New cell ranges of the frame's updates (rows [0, nu) of ``newr``) and adds (rows [nu, nu + na)),
-    in parallel; ``same[i]`` is 2 when update i keeps its box, 1 when it keeps its cells, else 0."""
+def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, newr, same):
+    """First rasterize pass, in parallel over the frame's updates and adds.
+
+    New cell ranges go to ``newr`` (rows [0, nu) updates, [nu, nu + na) adds); ``same[i]`` is 2 when
+    update i keeps its box (it is then left alone), 1 when it keeps its cells, else 0. Writes the new
+    boxes and the per-frame flags, and the cell ranges of added objects (a moved object's range changes
+    in the serial pass, which still needs the old one).
+    """
     nu = upd_h.shape[0]
     na = add_boxes.shape[0]
     for i in prange(nu + na):
@@ -45,7 +50,9 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, upd_h, upd_boxes, add_boxes, 
                 qhi = min(max((np.float64(vhi) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)
                 lo = np.int64(np.floor(qlo))
                 span = min(np.int64(np.floor(qhi)) - lo, C[a] - 1)
-                newr[i, a] = lo % C[a]
+                if lo < 0 or lo >= C[a]:    # outside the bounds: wrap (a division, so only here)
+                    lo = lo % C[a]
+                newr[i, a] = lo
                 newr[i, 3 + a] = span
             else:
                 newr[i, a] = 0
@@ -61,17 +68,29 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, upd_h, upd_boxes, add_boxes, 
                 if newr[i, a] != crange[h, a]:
                     eq = False
             same[i] = 2 if still else (1 if eq else 0)
+            if not still:
+                flag[h] = FLAG_MOVED if eq else FLAG_MOVED_CELLS
+                for a in range(2 * dims):
+                    boxes[h, a] = upd_boxes[i, a]
+        else:
+            h = add_h[i - nu]
+            flag[h] = FLAG_ADDED
+            for a in range(6):
+                crange[h, a] = newr[i, a]
+            for a in range(2 * dims):
+                boxes[h, a] = add_boxes[i - nu, a]
 
 
 @njit(**NJIT)
-def grid_rasterize(dims, C, boxes, crange, flag, rem_h, upd_h, upd_boxes, add_h, add_boxes, newr, same,
+def grid_rasterize(C, crange, flag, cell_n, rem_h, upd_h, add_h, newr, same, dense,
                    cell_stamp, cell_tidx, frame):
-    """Apply a validated frame to the object table and list the per-cell work (serial).
+    """Second rasterize pass (serial): the touched cells and the objects entering each.
 
-    ``newr`` and ``same`` come from ``grid_ranges``. Writes the new boxes, cell ranges and per-frame
-    flags of the frame's objects, then returns ``(touched, ent_off, ent_h)``: the touched cells (int32 [T], in first-touch order), and for
+    Returns ``(touched, ent_off, ent_h)``: the touched cells (int32 [T], in first-touch order), and for
     touched cell t the handles entering it, ``ent_h[ent_off[t]:ent_off[t + 1]]`` (int32), in frame order.
-    A cell is touched when a member is removed or moved, or an object enters it.
+    A cell is touched when a member is removed or moved, or an object enters it; with ``dense`` (most
+    objects move) every occupied cell is touched up front instead of cell by cell. Updates the cell
+    ranges of moved objects that changed cells.
 
     NOTE: written out without helper calls: a call with array arguments costs atomic reference-count
     updates per array, more than the per-object work here.
@@ -79,7 +98,8 @@ def grid_rasterize(dims, C, boxes, crange, flag, rem_h, upd_h, upd_boxes, add_h,
     nr = rem_h.shape[0]
     nu = upd_h.shape[0]
     na = add_h.shape[0]
-    # pass 1: bounds of the outputs
+    ncell = cell_stamp.shape[0]
+    # bounds of the outputs
     bound_t = 0
     bound_e = 0
     for i in range(nr):
@@ -96,35 +116,40 @@ def grid_rasterize(dims, C, boxes, crange, flag, rem_h, upd_h, upd_boxes, add_h,
                 continue
         bound_t += k
         bound_e += k
-    touched = np.empty(min(bound_t, cell_stamp.shape[0]), np.int32)
+    touched = np.empty(ncell if dense else min(bound_t, ncell), np.int32)
     ent_c = np.empty(bound_e, np.int32)
     ent_hh = np.empty(bound_e, np.int32)
     nt = 0
     ne = 0
-    # pass 2: flags, touched cells (old cells of removed/moved objects, new cells), entries
+    if dense:
+        for c in range(ncell):
+            if cell_n[c] > 0:
+                cell_stamp[c] = frame
+                cell_tidx[c] = nt
+                touched[nt] = c
+                nt += 1
     for i in range(nr + nu + na):
+        # phase 0: the cells the object is in now (removed or moved); phase 1: the cells it enters
         if i < nr:
             h = rem_h[i]
             flag[h] = FLAG_REMOVED
+            first, last = 0, 0
         elif i < nr + nu:
             if same[i - nr] == 2:
                 continue
             h = upd_h[i - nr]
-            flag[h] = FLAG_MOVED
+            first, last = 0, (0 if same[i - nr] == 1 else 1)
         else:
             h = add_h[i - nr - nu]
-            flag[h] = FLAG_ADDED
-        for phase in range(2):
-            # phase 0: the cells the object is in now; phase 1: the cells it enters
+            first, last = 1, 1
+        if dense and first == 0:
+            first = 1
+        for phase in range(first, last + 1):
+            j = i - nr
             if phase == 0:
-                if i >= nr + nu:
-                    continue
                 r0, r1, r2 = crange[h, 0], crange[h, 1], crange[h, 2]
                 s0, s1, s2 = crange[h, 3], crange[h, 4], crange[h, 5]
             else:
-                if i < nr or (i < nr + nu and same[i - nr] != 0):
-                    continue
-                j = i - nr
                 r0, r1, r2 = newr[j, 0], newr[j, 1], newr[j, 2]
                 s0, s1, s2 = newr[j, 3], newr[j, 4], newr[j, 5]
             for ii in range(s0 + 1):
@@ -152,18 +177,9 @@ def grid_rasterize(dims, C, boxes, crange, flag, rem_h, upd_h, upd_boxes, add_h,
                             ent_c[ne] = c
                             ent_hh[ne] = h
                             ne += 1
-        if i >= nr:
-            j = i - nr
-            if i >= nr + nu or same[j] == 0:
-                for a in range(6):
-                    crange[h, a] = newr[j, a]
-                if i < nr + nu:
-                    flag[h] = FLAG_MOVED_CELLS
-            for a in range(2 * dims):
-                if i < nr + nu:
-                    boxes[h, a] = upd_boxes[j, a]
-                else:
-                    boxes[h, a] = add_boxes[j - nu, a]
+        if nr <= i < nr + nu and same[i - nr] == 0:
+            for a in range(6):
+                crange[h, a] = newr[i - nr, a]
     # counting sort of the entries by touched index (stable: frame order inside a cell)
     ent_off = np.zeros(nt + 1, np.int64)
     for e in range(ne):

@@ -80,6 +80,7 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
         cy = (c // C[2]) % C[1]
         cx = c // (C[1] * C[2])
         k = 0
+        moved = 0
         for s in range(n):
             h = bx_h[base + s]
             f = flag[h]
@@ -90,6 +91,12 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
                 k += 1
             else:
                 scratch[tid, 0, s] = s - k
+                if f == FLAG_MOVED or f == FLAG_MOVED_CELLS:
+                    # step 2 begins here: new values written in place (compaction carries them along)
+                    moved += 1
+                    for a in range(dims):
+                        ep_val[a, eb + bx_pos[base + s, 2 * a]] = boxes[h, a]
+                        ep_val[a, eb + bx_pos[base + s, 2 * a + 1]] = boxes[h, dims + a]
         if k > 0:
             # the cell's pairs that involve a leaving box are removed
             pb = cell_pm_base[c] // 2
@@ -125,16 +132,7 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
                 if ns >= 0:
                     bx_h[base + ns] = bx_h[base + s]
             n -= k
-        # ---- step 2: update values in place, then insertion-sort each axis
-        moved = 0
-        for s in range(n):
-            h = bx_h[base + s]
-            f = flag[h]
-            if f == FLAG_MOVED or f == FLAG_MOVED_CELLS:
-                moved += 1
-                for a in range(dims):
-                    ep_val[a, eb + bx_pos[base + s, 2 * a]] = boxes[h, a]
-                    ep_val[a, eb + bx_pos[base + s, 2 * a + 1]] = boxes[h, dims + a]
+        # ---- step 2: (values were written in step 1's scan) insertion-sort each axis
         if moved > 0:
             for a in range(dims):
                 for i in range(2, 2 * n + 1):
