@@ -49,11 +49,25 @@ class Job:
     failed: Callable[[BaseException], None] | None = None
     published: Callable[[Any], None] | None = None     # on the loop, after the caller got the result
     started: float = 0.0
+    begun: asyncio.Future | None = None     # resolved once the job runs in its thread (or will never run)
 
 
-def _guarded(lock, fn):
+def _guarded(lock, fn, on_start=None):
+    if on_start is not None:
+        on_start()
     with lock:
         return fn()
+
+
+def _done_future() -> asyncio.Future:
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_result(None)
+    return fut
+
+
+def _resolve(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 @dataclass
@@ -133,11 +147,14 @@ class WorldRunner:
         while self.pending:
             job = self.pending.popleft()
             if job.future.cancelled():        # deadline passed or caller gone: never applied
+                _resolve(job.begun)
                 continue
             self.running = job
             self.idle.clear()
             job.started = time.perf_counter()
-            self.pool.submit(_guarded, self.engine_lock, job.fn).add_done_callback(
+            begun = job.begun
+            self.pool.submit(_guarded, self.engine_lock, job.fn,
+                             lambda: self.loop.call_soon_threadsafe(_resolve, begun)).add_done_callback(
                 lambda f, job=job: self.loop.call_soon_threadsafe(self._finish, job, f))
             self._queue_depth()
             return
@@ -152,6 +169,7 @@ class WorldRunner:
     def _finish(self, job: Job, f) -> None:
         """A job's completion, on the loop: results, metrics, subscribers; then the next job."""
         exc = ShuttingDown("server is shutting down") if f.cancelled() else f.exception()
+        _resolve(job.begun)
         try:
             if exc is not None:
                 if job.failed is not None:
@@ -177,12 +195,16 @@ class WorldRunner:
         if len(self.pending) >= self.queue_size:
             raise Exhausted(f"world {self.name!r}: queue full ({self.queue_size} frames/queries waiting)")
         fut = self.loop.create_future()
-        self.pending.append(Job(fn, fut, time.perf_counter(), after, failed, published))
+        self.pending.append(Job(fn, fut, time.perf_counter(), after, failed, published, begun=self.loop.create_future()))
         if self.running is None:
             self._start_next()
         else:
             self._queue_depth()
         return fut
+
+    def begun(self) -> asyncio.Future:
+        """Resolved once the most recently submitted job has started in its thread (or will never run)."""
+        return self.pending[-1].begun if self.pending else (self.running.begun if self.running else _done_future())
 
     async def run(self, fn: Callable[[], Any]) -> Any:
         """Run a query job in order with the world's frames and return its result."""
@@ -271,6 +293,7 @@ class WorldRunner:
         self.closed = self.deleted = True
         while self.pending:
             job = self.pending.popleft()
+            _resolve(job.begun)
             if not job.future.done():
                 job.future.set_exception(WorldNotFound(self.name))
         for sub in list(self.subscribers):

@@ -133,20 +133,26 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
     async def StreamFrames(self, request_iterator, context):
         # A reader task queues each frame as it arrives (up to stream_window in flight); this
         # generator answers them in order. A rejected frame gets its error in its own slot.
+        # The reader reads the next frame only once the last one has started in its worker thread:
+        # the loop then goes idle at once, so the engine starts without waiting for the GIL, and the
+        # next frame is still read (and queued) while the engine works on this one.
         pending: asyncio.Queue = asyncio.Queue(self.stream_window)
 
         async def read():
             try:
                 async for raw in request_iterator:
                     received = time.perf_counter()
-                    seq = 0
+                    seq, runner = 0, None
                     try:
                         frame = _read(raw)
                         seq = frame.seq
+                        runner = self.registry.get(frame.world)
                         fut = self._submit(frame, received)
                     except Exception as exc:
                         fut = exc
                     await pending.put((seq, fut))
+                    if runner is not None and not isinstance(fut, BaseException):
+                        await runner.begun()
             finally:
                 pending.put_nowait(None) if not pending.full() else await pending.put(None)
 
