@@ -5,7 +5,8 @@
 2. Throughput, crowd2d-100k: all ticks pipelined over one stream (``--window`` frames in flight);
    frames per second sustained.
 3. Transport baseline: the same frame bytes over the bench-only ``EchoService.EchoStream`` (reply of
-   the same size as the frame's answer). Reports (round trip - engine time) / echo round trip.
+   the same size as the frame's answer), interleaved tick by tick with step 1 so both see the same
+   machine. Reports median(round trip - engine time) / median(echo round trip).
 
 Targets (printed as ok / MISSED): 10k median < 8 ms, p99 < 16 ms; 100k >= 20 frames/s; overhead
 ratio <= 1.25. ``--server spawn`` starts a server in a subprocess first. Frames are encoded before
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import sys
 import time
 
@@ -26,6 +28,7 @@ from sapgrid.v1 import echo_service_pb2 as echo_pb
 from sapgrid.v1 import echo_service_pb2_grpc as echo_grpc
 from sapgrid.v1 import sapgrid_service_pb2 as pb
 
+_END = object()
 TARGETS = dict(rtt_median_ms=8.0, rtt_p99_ms=16.0, fps=20.0, overhead_ratio=1.25)
 
 
@@ -80,59 +83,48 @@ def _world(client: Client, name: str, tr: dict) -> None:
                         expected_objects=len(tr["init_ids"]))
 
 
-def bench_rtt(client: Client, n: int, ticks: int, seed: int) -> dict:
+def bench_rtt(client: Client, n: int, ticks: int, seed: int) -> tuple[dict, dict]:
+    """Round trips of frames and, interleaved tick by tick (same conditions), of the echo baseline."""
     tr = _trace(n, ticks + 10, seed)
     name = f"bench-rtt-{n}"
     _world(client, name, tr)
     init, frames = _frames(tr, name)
     stream = client.stream(name)
+    echo_q: queue.SimpleQueue = queue.SimpleQueue()
+    echo_calls = echo_grpc.EchoServiceStub(client.channel).EchoStream(iter(echo_q.get, _END))
     try:
         stream.send_request(init)
         stream.recv()
-        for f in frames[:10]:            # warm-up: JIT paths, connection windows
-            stream.send_request(f)
-            stream.recv()
-        rtt, engine, server, reply_sizes = [], [], [], []
-        for f in frames[10:]:
+        rtt, engine, server, echo, sizes, replies = [], [], [], [], [], []
+        for i, f in enumerate(frames):
             t0 = time.perf_counter()
             stream.send_request(f)
             d = stream.recv()
-            rtt.append(time.perf_counter() - t0)
-            engine.append(d.stats.total_s)
-            server.append(d.server_s)
-            reply_sizes.append(16 * (len(d.created) + len(d.deleted)) + 120)
+            t1 = time.perf_counter()
+            # the echo gets the frame's bytes and answers as many bytes as the delta answer had
+            reply = 16 * (len(d.created) + len(d.deleted)) + 120
+            req = echo_pb.EchoStreamRequest(payload=f.SerializeToString(), reply_bytes=reply)
+            t2 = time.perf_counter()
+            echo_q.put(req)
+            next(echo_calls)
+            t3 = time.perf_counter()
+            if i >= 10:                      # the first ticks warm up JIT paths and connection windows
+                rtt.append(t1 - t0)
+                engine.append(d.stats.total_s)
+                server.append(d.server_s)
+                echo.append(t3 - t2)
+                sizes.append(f.ByteSize())
+                replies.append(reply)
     finally:
+        echo_q.put(_END)
+        echo_calls.cancel()
         stream.close()
         client.delete_world(name)
-    rtt_ms, eng_ms = np.array(rtt) * 1e3, np.array(engine) * 1e3
-    sizes = [f.ByteSize() for f in frames[10:]]
-    return dict(objects=n, ticks=len(rtt), frame_bytes=int(np.median(sizes)),
-                reply_bytes=int(np.median(reply_sizes)),
-                rtt_median_ms=_q(rtt_ms, 50), rtt_p99_ms=_q(rtt_ms, 99), engine_median_ms=_q(eng_ms, 50),
-                server_median_ms=_q(np.array(server) * 1e3, 50),
-                overhead_median_ms=_q(rtt_ms - eng_ms, 50), payloads=[f.SerializeToString() for f in frames[10:]])
-
-
-def bench_echo(client: Client, payloads: list[bytes], reply_bytes: int) -> dict:
-    stub = echo_grpc.EchoServiceStub(client.channel)
-    import queue
-
-    q: queue.SimpleQueue = queue.SimpleQueue()
-    end = object()
-    responses = stub.EchoStream(iter(q.get, end))
-    rtt = []
-    try:
-        for i, p in enumerate(payloads + payloads[:10]):
-            t0 = time.perf_counter()
-            q.put(echo_pb.EchoStreamRequest(payload=p, reply_bytes=reply_bytes))
-            next(responses)
-            if i >= 10:
-                rtt.append(time.perf_counter() - t0)
-    finally:
-        q.put(end)
-        responses.cancel()
-    rtt_ms = np.array(rtt) * 1e3
-    return dict(echo_median_ms=_q(rtt_ms, 50), echo_p99_ms=_q(rtt_ms, 99))
+    rtt_ms, eng_ms, echo_ms = np.array(rtt) * 1e3, np.array(engine) * 1e3, np.array(echo) * 1e3
+    return (dict(objects=n, ticks=len(rtt), frame_bytes=int(np.median(sizes)), reply_bytes=int(np.median(replies)),
+                 rtt_median_ms=_q(rtt_ms, 50), rtt_p99_ms=_q(rtt_ms, 99), engine_median_ms=_q(eng_ms, 50),
+                 server_median_ms=_q(np.array(server) * 1e3, 50), overhead_median_ms=_q(rtt_ms - eng_ms, 50)),
+            dict(echo_median_ms=_q(echo_ms, 50), echo_p99_ms=_q(echo_ms, 99)))
 
 
 def bench_fps(client: Client, n: int, ticks: int, seed: int, window: int) -> dict:
@@ -184,9 +176,7 @@ def run(args: argparse.Namespace) -> int:
             seed = int(getattr(args, "seed", 1) or 1)
             print(f"sapgrid bench --server {address}: crowd2d-{args.rtt_objects} round trip ({ticks} ticks)...",
                   flush=True)
-            rtt = bench_rtt(client, args.rtt_objects, ticks, seed)
-            payloads = rtt.pop("payloads")
-            echo = bench_echo(client, payloads, rtt["reply_bytes"])
+            rtt, echo = bench_rtt(client, args.rtt_objects, ticks, seed)
             ratio = rtt["overhead_median_ms"] / echo["echo_median_ms"]
             print(f"crowd2d-{args.fps_objects} throughput ({args.fps_ticks} ticks, window {args.window})...",
                   flush=True)

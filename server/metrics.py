@@ -55,6 +55,7 @@ class Metrics:
                            self.queue_depth, self.subscribers, self.occupied_cells, self.cell_objects_max,
                            self.cell_objects_mean, self.cell_objects_p99)
         self._children: dict[str, tuple] = {}
+        self._depth: dict = {}
         self._http = None
 
     # ---- updates ----------------------------------------------------------------------------
@@ -66,6 +67,7 @@ class Metrics:
     def world_deleted(self, world: str, count: int) -> None:
         self.worlds.set(count)
         self._children.pop(world, None)
+        self._depth.pop(world, None)
         for m in self._per_world:
             _remove(m, world)
         for m in (self.frames, self.latency):
@@ -100,7 +102,10 @@ class Metrics:
         self.frames.labels(world or UNKNOWN_WORLD, outcome).inc()
 
     def set_queue_depth(self, world: str, depth: int) -> None:
-        self.queue_depth.labels(world).set(depth)
+        child = self._depth.get(world)
+        if child is None:
+            child = self._depth[world] = self.queue_depth.labels(world)
+        child.set(depth)
 
     def set_subscribers(self, world: str, n: int) -> None:
         self.subscribers.labels(world).set(n)
