@@ -6,6 +6,7 @@ A ``GatedWorld`` wraps the real sapcore.World so a test can hold a world's worke
 from __future__ import annotations
 
 import threading
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -125,10 +126,10 @@ def test_full_queue_answers_resource_exhausted(make_server):
             s2.send(seq=2, add_ids=[2], add_boxes=[[0, 0, 1, 1]])
             s3.send(seq=3, add_ids=[3], add_boxes=[[0, 0, 1, 1]])
             while len(runner.pending) < 2:                      # frames 2 and 3 wait in the queue
-                pass
+                time.sleep(0.001)
             s.send(seq=4, add_ids=[4], add_boxes=[[0, 0, 1, 1]])  # queue (2) full
             while runner.rejected < 1:                          # frame 4 refused on arrival
-                pass
+                time.sleep(0.001)
             w.gate.set()
             assert s.recv().seq == 1
             with pytest.raises(ResourceExhausted) as ei:        # in frame 4's slot
@@ -175,7 +176,7 @@ def test_deadline_exceeded_frame_is_not_applied(make_server):
             runner = srv.app.registry.get("d")
             # wait until the server has seen the deadline too (its queued job is cancelled)
             while not all(job.future.cancelled() for job in list(runner.pending)):
-                pass
+                time.sleep(0.001)
             w.gate.set()
             assert first.result(60).stats.objects == 1
         d = c.step("d", 3, update_ids=[1], update_boxes=[[0, 0, 2, 2]])
@@ -195,10 +196,10 @@ def test_cancelled_stream_frames_are_not_applied(make_server):
         runner = srv.app.registry.get("c")
         s.send(add_ids=[2], add_boxes=[[0, 0, 1, 1]])
         while len(runner.pending) < 1:
-            pass
+            time.sleep(0.001)
         s.close()                                              # client goes away
         while not all(job.future.cancelled() for job in list(runner.pending)):
-            pass
+            time.sleep(0.001)
         w.gate.set()
         d = c.step("c", update_ids=[1], update_boxes=[[0, 0, 2, 2]])
         assert d.frame == 2 and d.stats.objects == 1           # frame 1 applied (it was running), frame 2 not
@@ -216,7 +217,7 @@ def test_deleting_a_world_answers_its_queued_frames(make_server):
             s.send(add_ids=[2], add_boxes=[[0, 0, 1, 1]])
             runner = srv.app.registry.get("del")
             while len(runner.pending) < 1:
-                pass
+                time.sleep(0.001)
             c.delete_world("del")
             w.gate.set()
             s.recv()                                           # the running frame completes
