@@ -142,17 +142,17 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
             try:
                 async for raw in request_iterator:
                     received = time.perf_counter()
-                    seq, runner = 0, None
+                    seq, begun = 0, None
                     try:
                         frame = _read(raw)
                         seq = frame.seq
-                        runner = self.registry.get(frame.world)
                         fut = self._submit(frame, received)
+                        begun = self.registry.get(frame.world).begun()     # this frame's job (just queued)
                     except Exception as exc:
                         fut = exc
                     await pending.put((seq, fut))
-                    if runner is not None and not isinstance(fut, BaseException):
-                        await runner.begun()
+                    if begun is not None:
+                        await begun
             finally:
                 pending.put_nowait(None) if not pending.full() else await pending.put(None)
 
