@@ -8,7 +8,8 @@ cells holding it and reports only the 0 -> 1 and 1 -> 0 transitions, netted over
 ``World.step`` applies one frame, in numbered phases:
   0. validate the whole frame (boxes, ids, limits); nothing changes before this passes
   1. resolve handles (free slots are reused, but never within the frame that freed them)
-  2. rasterize: new boxes, cell ranges and flags; the touched cells and their entering objects (serial)
+  2. rasterize: new boxes, cell ranges and flags (parallel); the touched cells and their entering
+     objects (serial; when most objects move, every occupied cell)
   3. reserve room: cell regions, event slices (vectorised over the touched cells only)
   4. apply every touched cell's SAP in parallel, GIL released: remove, update, insert -> pair events
   5. cells whose event slice overflowed are recomputed exactly (never dropped)
@@ -407,7 +408,7 @@ class World:
             self._obj_static[add_h] = add_static
             self._obj_alive[add_h] = 1
 
-        # phase 2: rasterize (serial)
+        # phase 2: rasterize: cell ranges, boxes and flags (parallel), touched cells and entries (serial)
         newr = np.empty((upd_h.shape[0] + na, 6), np.int32)
         same = np.empty(upd_h.shape[0], np.uint8)
         with _PARALLEL_LOCK:
@@ -444,7 +445,6 @@ class World:
         fscratch = np.empty((nth, 2 * max_cap + 2), np.float32)
         iscratch = np.empty((nth, 2 * max_cap + 2), np.int32)
 
-        t_res = time.perf_counter()
         # phase 4: every touched cell's SAP, in parallel
         numba.set_num_threads(self._max_threads if nt >= _PARALLEL_MIN_CELLS else 1)
         with _PARALLEL_LOCK:
@@ -462,8 +462,6 @@ class World:
                 self._cell_base, self._bx_h, self._bx_pos, self._ep_dat, self._cell_pm_base, self._cell_pm_cap,
                 self._cell_pm_n, self._pm_slots, self._pm_keys, ev_key, ev_off, ev_n)
             ev_plus = ev_n
-        t3 = time.perf_counter()
-        self._phase_s = (t_res - t2, t3 - t_res)
 
         # phase 6: net the events in each cell's pair set, in parallel
         self._reserve_pair_sets(touched, ev_plus)
