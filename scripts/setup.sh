@@ -32,6 +32,16 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 
+# numba's thread-safe OpenMP layer needs libgomp (absent on minimal Debian); without it the server
+# serializes engine work across worlds. Best effort: only as root with apt, never fatal.
+if ! ldconfig -p 2>/dev/null | grep -q 'libgomp\.so\.1'; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing libgomp1 (apt) for numba's OpenMP threading layer"
+    (export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq libgomp1) \
+      || echo "setup: could not install libgomp1; continuing (engine work of different worlds is serialized)"
+  fi
+fi
+
 stamp=.venv/.sapgrid-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing sapgrid and test dependencies into .venv (pip)"
