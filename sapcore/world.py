@@ -34,6 +34,7 @@ from .kernels import merge as kmerge
 from .kernels import sap_cell as ksap
 from .kernels import validate as kval
 from .kernels.hashing import capacity_for
+from .invariants import check_world
 from .types import Delta, FrameStats, WorldConfig
 
 _BOX_REASON = {
@@ -556,72 +557,5 @@ class World:
     # ------------------------------------------------------------------ invariants
     def validate(self) -> None:
         """Check every internal invariant; raise AssertionError on the first one broken (tests only).
-
-        Invariant: each cell holds exactly the live objects whose cell range covers it; its endpoints
-        are sorted by (value, is_max) behind a -inf sentinel, carry the boxes' current values and agree
-        with the recorded positions; its pair set holds exactly the cell's overlapping, allowed pairs, all
-        active; the world counts per pair the cells holding it, and holds no other pair.
-        """
-        d = self.dims
-        C = self._C
-        hmax = self._next_handle
-        alive = np.flatnonzero(self._obj_alive[:hmax])
-        assert alive.shape[0] == self.object_count, "object count"
-        assert not self._obj_flag[:hmax].any(), "frame flags left set"
-        for h in alive:
-            assert kid.idmap_find(self._idk, self._idv, self._obj_id[h]) == h, f"id map of handle {h}"
-        # expected members of every cell, from the objects' cell ranges
-        expect = {}
-        for h in alive:
-            r = self._obj_crange[h]
-            for i in range(r[3] + 1):
-                for j in range(r[4] + 1):
-                    for k in range(r[5] + 1):
-                        c = (((r[0] + i) % C[0]) * C[1] + (r[1] + j) % C[1]) * C[2] + (r[2] + k) % C[2]
-                        expect.setdefault(int(c), []).append(int(h))
-        counts = {}
-        for c in range(self.n_cells):
-            n = int(self._cell_n[c])
-            assert n <= self._cell_cap[c], f"cell {c}: {n} boxes over capacity {self._cell_cap[c]}"
-            base = int(self._cell_base[c])
-            members = self._bx_h[base:base + n]
-            assert sorted(members.tolist()) == sorted(expect.get(c, [])), f"cell {c}: members"
-            eb = 2 * base
-            for a in range(d):
-                val = self._ep_val[a, eb:eb + 2 * n + 1]
-                dat = self._ep_dat[a, eb:eb + 2 * n + 1]
-                if n == 0:
-                    continue
-                assert val[0] == -np.inf, f"cell {c} axis {a}: sentinel"
-                v, m = val[1:], dat[1:] & 1
-                assert np.all((v[:-1] < v[1:]) | ((v[:-1] == v[1:]) & (m[:-1] <= m[1:]))), \
-                    f"cell {c} axis {a}: endpoints not sorted"
-                slot = dat[1:] >> 1
-                pos = np.arange(1, 2 * n + 1)
-                assert np.array_equal(self._bx_pos[base + slot, 2 * a + m], pos), f"cell {c} axis {a}: positions"
-                boxes = self._obj_box[members[slot]]
-                assert np.array_equal(v, np.where(m == 0, boxes[:, a], boxes[:, d + a])), \
-                    f"cell {c} axis {a}: stale endpoint values"
-            # the pair set equals the cell's pairs recomputed from scratch
-            k = karena.cell_all_pairs(c, d, self._obj_cat, self._obj_mask, self._obj_static, self._cell_n,
-                                      self._cell_base, self._bx_h, self._bx_pos, self._ep_dat,
-                                      np.empty(0, np.uint64), 0)
-            full = np.empty(k, np.uint64)
-            karena.cell_all_pairs(c, d, self._obj_cat, self._obj_mask, self._obj_static, self._cell_n,
-                                  self._cell_base, self._bx_h, self._bx_pos, self._ep_dat, full, 0)
-            pn = int(self._cell_pm_n[c])
-            pb = int(self._cell_pm_base[c]) // 2
-            keys = self._pm_keys[pb:pb + pn]
-            assert np.array_equal(np.sort(keys), np.sort(full)), f"cell {c}: pair set differs from its SAP"
-            assert np.all(self._pm_flag[pb:pb + pn] == kmerge.ACTIVE), f"cell {c}: pair flags"
-            assert 2 * pn <= self._cell_pm_cap[c] or pn == 0, f"cell {c}: pair set load factor"
-            for p in range(pn):
-                assert kmerge.pair_set_find(self._pm_slots, self._pm_keys, int(self._cell_pm_base[c]),
-                                            int(self._cell_pm_cap[c]), pb, keys[p]) == p, f"cell {c}: pair hash"
-            for key in keys.tolist():
-                counts[key] = counts.get(key, 0) + 1
-        gk = self._g_keys[:self._gn]
-        assert len(counts) == self._gn, "world pair count"
-        for p, key in enumerate(gk.tolist()):
-            assert counts.get(key) == int(self._g_cnt[p]), f"world count of pair {key:#x}"
-            assert kmerge.pair_set_find(self._g_slots, self._g_keys, 0, self._g_cap, 0, gk[p]) == p, "world hash"
+        See ``sapcore.invariants.check_world``."""
+        check_world(self)

@@ -1,0 +1,79 @@
+"""Internal invariants of a World, checked by tests after every frame (Box2D's b2Validate*)."""
+import numpy as np
+
+from .kernels import arena as karena
+from .kernels import idmap as kid
+from .kernels import merge as kmerge
+
+
+def check_world(world) -> None:
+    """Check every internal invariant; raise AssertionError on the first one broken (tests only).
+
+    Invariant: each cell holds exactly the live objects whose cell range covers it; its endpoints
+    are sorted by (value, is_max) behind a -inf sentinel, carry the boxes' current values and agree
+    with the recorded positions; its pair set holds exactly the cell's overlapping, allowed pairs, all
+    active; the world counts per pair the cells holding it, and holds no other pair.
+    """
+    d = world.dims
+    C = world._C
+    hmax = world._next_handle
+    alive = np.flatnonzero(world._obj_alive[:hmax])
+    assert alive.shape[0] == world.object_count, "object count"
+    assert not world._obj_flag[:hmax].any(), "frame flags left set"
+    for h in alive:
+        assert kid.idmap_find(world._idk, world._idv, world._obj_id[h]) == h, f"id map of handle {h}"
+    # expected members of every cell, from the objects' cell ranges
+    expect = {}
+    for h in alive:
+        r = world._obj_crange[h]
+        for i in range(r[3] + 1):
+            for j in range(r[4] + 1):
+                for k in range(r[5] + 1):
+                    c = (((r[0] + i) % C[0]) * C[1] + (r[1] + j) % C[1]) * C[2] + (r[2] + k) % C[2]
+                    expect.setdefault(int(c), []).append(int(h))
+    counts = {}
+    for c in range(world.n_cells):
+        n = int(world._cell_n[c])
+        assert n <= world._cell_cap[c], f"cell {c}: {n} boxes over capacity {world._cell_cap[c]}"
+        base = int(world._cell_base[c])
+        members = world._bx_h[base:base + n]
+        assert sorted(members.tolist()) == sorted(expect.get(c, [])), f"cell {c}: members"
+        eb = 2 * base
+        for a in range(d):
+            val = world._ep_val[a, eb:eb + 2 * n + 1]
+            dat = world._ep_dat[a, eb:eb + 2 * n + 1]
+            if n == 0:
+                continue
+            assert val[0] == -np.inf, f"cell {c} axis {a}: sentinel"
+            v, m = val[1:], dat[1:] & 1
+            assert np.all((v[:-1] < v[1:]) | ((v[:-1] == v[1:]) & (m[:-1] <= m[1:]))), \
+                f"cell {c} axis {a}: endpoints not sorted"
+            slot = dat[1:] >> 1
+            pos = np.arange(1, 2 * n + 1)
+            assert np.array_equal(world._bx_pos[base + slot, 2 * a + m], pos), f"cell {c} axis {a}: positions"
+            boxes = world._obj_box[members[slot]]
+            assert np.array_equal(v, np.where(m == 0, boxes[:, a], boxes[:, d + a])), \
+                f"cell {c} axis {a}: stale endpoint values"
+        # the pair set equals the cell's pairs recomputed from scratch
+        k = karena.cell_all_pairs(c, d, world._obj_cat, world._obj_mask, world._obj_static, world._cell_n,
+                                  world._cell_base, world._bx_h, world._bx_pos, world._ep_dat,
+                                  np.empty(0, np.uint64), 0)
+        full = np.empty(k, np.uint64)
+        karena.cell_all_pairs(c, d, world._obj_cat, world._obj_mask, world._obj_static, world._cell_n,
+                              world._cell_base, world._bx_h, world._bx_pos, world._ep_dat, full, 0)
+        pn = int(world._cell_pm_n[c])
+        pb = int(world._cell_pm_base[c]) // 2
+        keys = world._pm_keys[pb:pb + pn]
+        assert np.array_equal(np.sort(keys), np.sort(full)), f"cell {c}: pair set differs from its SAP"
+        assert np.all(world._pm_flag[pb:pb + pn] == kmerge.ACTIVE), f"cell {c}: pair flags"
+        assert 2 * pn <= world._cell_pm_cap[c] or pn == 0, f"cell {c}: pair set load factor"
+        for p in range(pn):
+            assert kmerge.pair_set_find(world._pm_slots, world._pm_keys, int(world._cell_pm_base[c]),
+                                        int(world._cell_pm_cap[c]), pb, keys[p]) == p, f"cell {c}: pair hash"
+        for key in keys.tolist():
+            counts[key] = counts.get(key, 0) + 1
+    gk = world._g_keys[:world._gn]
+    assert len(counts) == world._gn, "world pair count"
+    for p, key in enumerate(gk.tolist()):
+        assert counts.get(key) == int(world._g_cnt[p]), f"world count of pair {key:#x}"
+        assert kmerge.pair_set_find(world._g_slots, world._g_keys, 0, world._g_cap, 0, gk[p]) == p, "world hash"
