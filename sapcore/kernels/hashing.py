@@ -1,7 +1,7 @@
 """Hash helpers shared by the id map and the pair managers."""
 import numpy as np
 
-from .._numba import NJIT, NJIT_INLINE, njit
+from .._numba import NJIT_INLINE, njit
 
 _C1 = np.uint64(0xFF51AFD7ED558CCD)
 _C2 = np.uint64(0xC4CEB9FE1A85EC53)
