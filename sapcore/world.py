@@ -142,7 +142,8 @@ class World:
         self._g_keys = np.zeros(8, np.uint64)
         self._g_cnt = np.zeros(8, np.int32)
         self._gn = 0
-        # Workspace: event buffer, reused between frames
+        # Workspace: event buffer, reused between frames; handles of the last frame's updates
+        self._last_upd = self._last_upd_h = None
         self._scratch_ev = np.empty(1024, np.uint64)
 
     # ------------------------------------------------------------------ storage
@@ -377,10 +378,18 @@ class World:
         upd_h = np.empty(upd.shape[0], np.int32)
         # small frames stay on this thread: waking the workers would cost more than the work
         numba.set_num_threads(self._max_threads if rem.shape[0] + upd.shape[0] + na >= 4096 else 1)
-        with _PARALLEL_LOCK:
-            kval.idmap_lookup(self._idk, self._idv, rem, rem_h)
-            kval.idmap_lookup(self._idk, self._idv, upd, upd_h)
-        code, which, index = kval.frame_check_ids(self._idk, self._idv, rem, upd, add, rem_h, upd_h,
+        cached = (self._last_upd is not None and rem.shape[0] == 0 and upd.shape[0] == self._last_upd.shape[0]
+                  and np.array_equal(upd, self._last_upd))
+        if cached:
+            # the same objects as in the last frame, none removed since: same handles, no duplicates
+            upd_h = self._last_upd_h
+            upd_chk = upd[:0]
+        else:
+            with _PARALLEL_LOCK:
+                kval.idmap_lookup(self._idk, self._idv, rem, rem_h)
+                kval.idmap_lookup(self._idk, self._idv, upd, upd_h)
+            upd_chk = upd
+        code, which, index = kval.frame_check_ids(self._idk, self._idv, rem, upd_chk, add, rem_h, upd_h,
                                                   self._obj_flag)
         if code:
             field = ("remove_ids", "update_ids", "add_ids")[which]
@@ -488,6 +497,11 @@ class World:
         self._obj_flag[rem_h] = 0
         self._obj_flag[upd_h] = 0
         self._obj_flag[add_h] = 0
+        # Workspace: the handles of this frame's updates, for a next frame that updates the same ids
+        if rem_h.shape[0] or upd.shape[0] < 1024:
+            self._last_upd = self._last_upd_h = None
+        elif not cached:
+            self._last_upd, self._last_upd_h = upd.copy(), upd_h
         t5 = time.perf_counter()
         stats.merge_s = t5 - t4
         stats.total_s = t5 - t0
