@@ -44,7 +44,10 @@ def test_same_ids_every_frame_then_removal_then_new_set(twin):
         boxes = _move(rng, boxes)
         t.step(update_ids=ids, update_boxes=boxes)
     gone = ids[::7]
-    t.step(remove_ids=gone)                             # a removal frame forgets the cache
+    t.step(remove_ids=gone)                             # a removal frame forgets the cache:
+    with pytest.raises(FrameError) as e:                # the same update ids now name removed objects
+        t.world.step(update_ids=ids, update_boxes=boxes)
+    assert e.value.field == "update_ids" and e.value.index == 0
     keep = np.setdiff1d(ids, gone)
     kb = boxes[np.isin(ids, keep)]
     for _ in range(3):
