@@ -107,3 +107,38 @@ def test_same_frames_same_deltas_with_one_or_two_threads():
         out.append([t.step(**f) for f in frames])
     for a, b in zip(*out):
         assert np.array_equal(a.created, b.created) and np.array_equal(a.deleted, b.deleted)
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_few_movers_in_crowded_cells(dims):
+    """Few moved boxes in big cells: each endpoint moves left or right on its own (not a full sort)."""
+    rng = np.random.default_rng(11 + dims)
+    n, side = 700, 12.0
+    cfg = WorldConfig(dims=dims, bounds=(0.0,) * dims + (side,) * dims, cells=(2,) * dims, threads=2)
+    t = Twin(cfg, queries_per_frame=1)
+    ids = np.arange(n, dtype=np.uint64)
+    c = rng.uniform(0, side, (n, dims))
+    h = rng.uniform(0.2, 1.2, (n, dims))
+    t.step(add_ids=ids, add_boxes=np.concatenate([c - h, c + h], 1).astype(np.float32))
+    live = set(range(n))
+    nxt = n
+    for f in range(25):
+        ids_live = np.array(sorted(live), dtype=np.uint64)
+        k = max(1, len(ids_live) // 40)
+        mv = rng.choice(ids_live, size=k, replace=False)
+        c = rng.uniform(-1, side + 1, (k, dims))
+        h = rng.uniform(0.0, 2.0, (k, dims))            # also grow, shrink and zero size
+        if f % 3 == 0:
+            h[0] = 0.0
+        frame = dict(update_ids=mv, update_boxes=np.concatenate([c - h, c + h], 1).astype(np.float32))
+        if f % 5 == 4:                                   # with a few removes and adds now and then
+            rest = np.setdiff1d(ids_live, mv)
+            gone = rng.choice(rest, size=3, replace=False)
+            frame["remove_ids"] = gone
+            live -= set(gone.tolist())
+            new = np.arange(nxt, nxt + 3, dtype=np.uint64)
+            nxt += 3
+            cc = rng.uniform(0, side, (3, dims))
+            frame.update(add_ids=new, add_boxes=np.concatenate([cc - 0.5, cc + 0.5], 1).astype(np.float32))
+            live |= set(new.tolist())
+        t.step(**frame)

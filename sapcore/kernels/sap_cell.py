@@ -92,11 +92,8 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
             else:
                 scratch[tid, 0, s] = s - k
                 if f == FLAG_MOVED or f == FLAG_MOVED_CELLS:
-                    # step 2 begins here: new values written in place (compaction carries them along)
+                    scratch[tid, 1, moved] = s - k          # the moved box's slot after compaction
                     moved += 1
-                    for a in range(dims):
-                        ep_val[a, eb + bx_pos[base + s, 2 * a]] = boxes[h, a]
-                        ep_val[a, eb + bx_pos[base + s, 2 * a + 1]] = boxes[h, dims + a]
         if k > 0:
             # the cell's pairs that involve a leaving box are removed
             pb = cell_pm_base[c] // 2
@@ -132,19 +129,56 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
                 if ns >= 0:
                     bx_h[base + ns] = bx_h[base + s]
             n -= k
-        # ---- step 2: (values were written in step 1's scan) insertion-sort each axis
+        # ---- step 2: write the moved boxes' values, re-sort each axis. Many moved boxes: one
+        # insertion sort over the axis (each endpoint moves left into the sorted prefix). Few: each
+        # endpoint of a moved box moves left or right to its place (the max first when it goes right,
+        # so a box never passes its own endpoints). Every swap of a min and a max applies the rules.
         if moved > 0:
+            few = 4 * moved < n
+            if not few:
+                for i in range(moved):
+                    es = scratch[tid, 1, i]
+                    h = bx_h[base + es]
+                    for a in range(dims):
+                        ep_val[a, eb + bx_pos[base + es, 2 * a]] = boxes[h, a]
+                        ep_val[a, eb + bx_pos[base + es, 2 * a + 1]] = boxes[h, dims + a]
             for a in range(dims):
-                for i in range(2, 2 * n + 1):
+                nitems = 2 * moved if few else 2 * n - 1
+                first_max = False
+                for it in range(nitems):
+                    if few:
+                        es = scratch[tid, 1, it >> 1]
+                        if (it & 1) == 0:
+                            # one box at a time: its new values go in just before its endpoints move,
+                            # so the rest of the axis is sorted while they do
+                            h = bx_h[base + es]
+                            ep_val[a, eb + bx_pos[base + es, 2 * a]] = boxes[h, a]
+                            ep_val[a, eb + bx_pos[base + es, 2 * a + 1]] = boxes[h, dims + a]
+                            pmx = bx_pos[base + es, 2 * a + 1]
+                            first_max = pmx < 2 * n and (
+                                ep_val[a, eb + pmx] > ep_val[a, eb + pmx + 1]
+                                or (ep_val[a, eb + pmx] == ep_val[a, eb + pmx + 1]
+                                    and (ep_dat[a, eb + pmx + 1] & 1) == 0))
+                        em = 1 if first_max == ((it & 1) == 0) else 0
+                        i = bx_pos[base + es, 2 * a + em]
+                    else:
+                        i = it + 2
                     v = ep_val[a, eb + i]
                     dd = ep_dat[a, eb + i]
                     em = dd & 1
-                    j = i - 1
-                    pv = ep_val[a, eb + j]
-                    pd = ep_dat[a, eb + j]
-                    if not (pv > v or (pv == v and (pd & 1) > em)):
-                        continue
                     es = dd >> 1
+                    pv = ep_val[a, eb + i - 1]
+                    pd = ep_dat[a, eb + i - 1]
+                    if pv > v or (pv == v and (pd & 1) > em):
+                        step = -1
+                    elif few and i < 2 * n and (ep_val[a, eb + i + 1] < v or (
+                            ep_val[a, eb + i + 1] == v and em > (ep_dat[a, eb + i + 1] & 1))):
+                        step = 1
+                        pv = ep_val[a, eb + i + 1]
+                        pd = ep_dat[a, eb + i + 1]
+                    else:
+                        continue
+                    j = i + step
                     while True:
                         ps = pd >> 1
                         pm = pd & 1
@@ -163,23 +197,33 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
                                 if ((cat[ha] & msk[hb]) != 0 and (cat[hb] & msk[ha]) != 0
                                         and not (static[ha] != 0 and static[hb] != 0)):
                                     key = pair_key(ha, hb)
-                                    if em == 1:     # a max passes a min leftwards: overlap ends
+                                    # a min passing a max leftwards (or a max passing a min rightwards)
+                                    # starts an overlap on this axis; the two other cases end one
+                                    if (em == 0) != (step < 0):
                                         key |= EVENT_REMOVED
-                                    if cnt < cap:   # else: a min passes a max leftwards: overlap starts
+                                    if cnt < cap:
                                         ev_key[eo + cnt] = key
                                     cnt += 1
-                        ep_val[a, eb + j + 1] = pv
-                        ep_dat[a, eb + j + 1] = pd
-                        bx_pos[base + ps, 2 * a + pm] = j + 1
+                        ep_val[a, eb + j - step] = pv
+                        ep_dat[a, eb + j - step] = pd
+                        bx_pos[base + ps, 2 * a + pm] = j - step
                         sw += 1
-                        j -= 1
-                        pv = ep_val[a, eb + j]
-                        pd = ep_dat[a, eb + j]
-                        if not (pv > v or (pv == v and (pd & 1) > em)):
-                            break
-                    ep_val[a, eb + j + 1] = v
-                    ep_dat[a, eb + j + 1] = dd
-                    bx_pos[base + es, 2 * a + em] = j + 1
+                        j += step
+                        if step < 0:
+                            pv = ep_val[a, eb + j]
+                            pd = ep_dat[a, eb + j]
+                            if not (pv > v or (pv == v and (pd & 1) > em)):
+                                break
+                        else:
+                            if j > 2 * n:
+                                break
+                            pv = ep_val[a, eb + j]
+                            pd = ep_dat[a, eb + j]
+                            if not (pv < v or (pv == v and em > (pd & 1))):
+                                break
+                    ep_val[a, eb + j - step] = v
+                    ep_dat[a, eb + j - step] = dd
+                    bx_pos[base + es, 2 * a + em] = j - step
         # ---- step 3: batch insert: sorted merge from the back, then box pruning on axis 0
         e0 = ent_off[t]
         kn = ent_off[t + 1] - e0
