@@ -47,8 +47,9 @@ _EMPTY_PAIRS = np.zeros((0, 2), np.uint64)
 #: Parallel kernels of different worlds never run at the same time: numba's default threading layer
 #: (workqueue) does not support concurrent launches, and each launch already uses every core.
 _PARALLEL_LOCK = threading.Lock()
-#: Frames touching fewer cells than this are applied on the calling thread alone.
-_PARALLEL_MIN_CELLS = 64
+#: Frames with less work than this (objects in the frame, boxes in the touched cells) run on the
+#: calling thread alone: waking the workers would cost more than the work.
+_PARALLEL_MIN_OPS = 32768
 _LO32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 
@@ -368,6 +369,9 @@ class World:
         rem = _as_ids(remove_ids, "remove_ids")
         upd = _as_ids(update_ids, "update_ids")
         add = _as_ids(add_ids, "add_ids")
+        n_ops = rem.shape[0] + upd.shape[0] + add.shape[0]
+        # small frames stay on this thread: waking the workers would cost more than the work
+        numba.set_num_threads(self._max_threads if n_ops >= _PARALLEL_MIN_OPS else 1)
         upd_boxes = self._check_boxes(update_boxes, upd.shape[0], "update_boxes")
         add_boxes = self._check_boxes(add_boxes, add.shape[0], "add_boxes")
         na = add.shape[0]
@@ -376,8 +380,6 @@ class World:
         add_static = self._check_column(add_static, na, "add_static", np.uint8, 0)
         rem_h = np.empty(rem.shape[0], np.int32)
         upd_h = np.empty(upd.shape[0], np.int32)
-        # small frames stay on this thread: waking the workers would cost more than the work
-        numba.set_num_threads(self._max_threads if rem.shape[0] + upd.shape[0] + na >= 4096 else 1)
         cached = (self._last_upd is not None and rem.shape[0] == 0 and upd.shape[0] == self._last_upd.shape[0]
                   and np.array_equal(upd, self._last_upd))
         if cached:
@@ -399,6 +401,11 @@ class World:
                       3: f"id {idv} is already live (an id appears at most once in a frame)"}[code]
             raise FrameError(field, index, reason)
         live = self.object_count
+        if n_ops == 0:      # nothing in the frame (and nothing invalid): nothing can change
+            self.frames += 1
+            t1 = time.perf_counter()
+            return Delta(_EMPTY_PAIRS.copy(), _EMPTY_PAIRS.copy(),
+                         FrameStats(objects=live, pairs=self._gn, validate_s=t1 - t0, total_s=t1 - t0))
         if live - rem.shape[0] + na > self.config.max_objects:
             raise CapacityError("add_ids", f"the world would hold {live - rem.shape[0] + na} objects, "
                                            f"more than its limit of {self.config.max_objects}")
@@ -456,7 +463,8 @@ class World:
         iscratch = np.empty((nth, 2 * max_cap + 2), np.int32)
 
         # phase 4: every touched cell's SAP, in parallel
-        numba.set_num_threads(self._max_threads if nt >= _PARALLEL_MIN_CELLS else 1)
+        work = int(cell_n.sum()) + ent_h.shape[0]
+        numba.set_num_threads(self._max_threads if work >= _PARALLEL_MIN_OPS else 1)
         with _PARALLEL_LOCK:
             ksap.cells_apply(touched, ent_off, ent_h, self.dims, self._C, self._obj_flag, self._obj_crange,
                              self._obj_box, self._obj_cat, self._obj_mask, self._obj_static,
@@ -494,9 +502,12 @@ class World:
             kid.idmap_remove_many(self._idk, self._idv, rem)
             self._obj_alive[rem_h] = 0
             self._free = np.concatenate([self._free, rem_h])
-        self._obj_flag[rem_h] = 0
-        self._obj_flag[upd_h] = 0
-        self._obj_flag[add_h] = 0
+        if 8 * (rem_h.shape[0] + upd_h.shape[0] + na) > self._next_handle:
+            self._obj_flag[:self._next_handle] = 0
+        else:
+            self._obj_flag[rem_h] = 0
+            self._obj_flag[upd_h] = 0
+            self._obj_flag[add_h] = 0
         # Workspace: the handles of this frame's updates, for a next frame that updates the same ids
         if rem_h.shape[0] or upd.shape[0] < 1024:
             self._last_upd = self._last_upd_h = None

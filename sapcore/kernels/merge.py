@@ -90,6 +90,7 @@ def world_merge(ev_key, ev_off, out_n, g_slots, g_keys, g_cnt, cap, gn):
         total += out_n[t]
     ch_key = np.empty(total, np.uint64)
     ch_orig = np.empty(total, np.int32)
+    ch_p = np.empty(total, np.int64)
     nc = 0
     for t in range(out_n.shape[0]):
         eo = ev_off[t]
@@ -102,35 +103,40 @@ def world_merge(ev_key, ev_off, out_n, g_slots, g_keys, g_cnt, cap, gn):
                 p = gn - 1
                 ch_key[nc] = key
                 ch_orig[nc] = 0
+                ch_p[nc] = p
                 nc += 1
             elif (g_cnt[p] & _TOUCH) == 0:
                 ch_key[nc] = key
                 ch_orig[nc] = g_cnt[p]
+                ch_p[nc] = p
                 nc += 1
                 g_cnt[p] |= _TOUCH
             if (ek & EVENT_REMOVED) != 0:
                 g_cnt[p] -= 1
             else:
                 g_cnt[p] += 1
+    # the pairs' indices are still valid here: nothing has been removed yet
     created = np.empty(nc, np.uint64)
     deleted = np.empty(nc, np.uint64)
     ncr = 0
     nde = 0
+    nz = 0
     for r in range(nc):
-        key = ch_key[r]
-        i = pair_set_find_slot(g_slots, g_keys, 0, cap, 0, key)
-        p = g_slots[i]
+        p = ch_p[r]
         now = g_cnt[p] & ~_TOUCH
+        g_cnt[p] = now
         if now == 0:
-            gn = pair_set_remove_slot(g_slots, g_keys, g_cnt, 0, cap, 0, gn, i)
+            ch_key[nz] = ch_key[r]          # removed below (r >= nz: in place is safe)
+            nz += 1
             if ch_orig[r] > 0:
-                deleted[nde] = key
+                deleted[nde] = ch_key[r]
                 nde += 1
-        else:
-            g_cnt[p] = now
-            if ch_orig[r] == 0:
-                created[ncr] = key
-                ncr += 1
+        elif ch_orig[r] == 0:
+            created[ncr] = ch_key[r]
+            ncr += 1
+    for r in range(nz):
+        i = pair_set_find_slot(g_slots, g_keys, 0, cap, 0, ch_key[r])
+        gn = pair_set_remove_slot(g_slots, g_keys, g_cnt, 0, cap, 0, gn, i)
     return gn, created[:ncr], deleted[:nde]
 
 
