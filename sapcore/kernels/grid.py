@@ -38,6 +38,15 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
     nu = upd_h.shape[0]
     na = add_boxes.shape[0]
     for i in prange(nu + na):
+        if i < nu:
+            h = upd_h[i]
+            still = True
+            for a in range(2 * dims):
+                if upd_boxes[i, a] != boxes[h, a]:
+                    still = False
+            if still:           # the update keeps its box: nothing else to do for it
+                same[i] = 2
+                continue
         for a in range(3):
             if a < dims:
                 if i < nu:
@@ -58,20 +67,14 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
                 newr[i, a] = 0
                 newr[i, 3 + a] = 0
         if i < nu:
-            h = upd_h[i]
-            still = True
-            for a in range(2 * dims):
-                if upd_boxes[i, a] != boxes[h, a]:
-                    still = False
             eq = True
             for a in range(6):
                 if newr[i, a] != crange[h, a]:
                     eq = False
-            same[i] = 2 if still else (1 if eq else 0)
-            if not still:
-                flag[h] = FLAG_MOVED if eq else FLAG_MOVED_CELLS
-                for a in range(2 * dims):
-                    boxes[h, a] = upd_boxes[i, a]
+            same[i] = 1 if eq else 0
+            flag[h] = FLAG_MOVED if eq else FLAG_MOVED_CELLS
+            for a in range(2 * dims):
+                boxes[h, a] = upd_boxes[i, a]
         else:
             h = add_h[i - nu]
             flag[h] = FLAG_ADDED
