@@ -50,6 +50,9 @@ _PARALLEL_LOCK = threading.Lock()
 #: Frames with less work than this (objects in the frame, boxes in the touched cells) run on the
 #: calling thread alone: waking the workers would cost more than the work.
 _PARALLEL_MIN_OPS = 32768
+#: Arenas are compacted when their garbage (regions left behind by cells that grew) exceeds a quarter
+#: of what is live, and this many units.
+_COMPACT_MIN_UNITS = 1 << 16
 _LO32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 
@@ -219,7 +222,7 @@ class World:
         size = new_cap.astype(np.int64) + 1
         total = int(size.sum())
         live = int(self._top - self._garbage)
-        if self._garbage > max(live // 4, 1 << 16):
+        if self._garbage > max(live // 4, _COMPACT_MIN_UNITS):
             self._compact_sap(extra=total)
         units = self._bx_h.shape[0]
         if self._top + total > units:
@@ -264,7 +267,7 @@ class World:
         cells = touched[grow]
         new_cap = np.maximum(16, 2 ** np.ceil(np.log2(2 * need[grow] + 1))).astype(np.int64)
         total = int(new_cap.sum())
-        if self._pm_garbage > max((self._pm_top - self._pm_garbage) // 4, 1 << 16):
+        if self._pm_garbage > max((self._pm_top - self._pm_garbage) // 4, _COMPACT_MIN_UNITS):
             self._compact_pm(extra=total)
         slots = self._pm_slots.shape[0]
         if self._pm_top + total > slots:

@@ -142,3 +142,33 @@ def test_few_movers_in_crowded_cells(dims):
             frame.update(add_ids=new, add_boxes=np.concatenate([cc - 0.5, cc + 0.5], 1).astype(np.float32))
             live |= set(new.tolist())
         t.step(**frame)
+
+
+def test_arena_compaction_keeps_every_cell(monkeypatch):
+    """Cells that outgrow their regions leave garbage behind; compacting the arenas (here on every
+    occasion) moves every cell's SAP and pair set without changing a pair."""
+    import sapcore.world as world_mod
+    monkeypatch.setattr(world_mod, "_COMPACT_MIN_UNITS", 0)
+    calls = {"sap": 0, "pm": 0}
+    for name, kind in (("_compact_sap", "sap"), ("_compact_pm", "pm")):
+        real = getattr(world_mod.World, name)
+
+        def counted(self, *a, _real=real, _kind=kind, **k):
+            calls[_kind] += 1
+            return _real(self, *a, **k)
+        monkeypatch.setattr(world_mod.World, name, counted)
+    rng = np.random.default_rng(5)
+    cfg = WorldConfig(dims=2, bounds=(0.0, 0.0, 40.0, 40.0), cells=(6, 6), threads=2)
+    t = Twin(cfg, queries_per_frame=1)
+    ids = np.arange(400, dtype=np.uint64)
+    boxes = _boxes(rng, 400, side=40.0)
+    t.step(add_ids=ids, add_boxes=boxes)
+    for f in range(12):
+        # herd everything towards one corner and back: cells empty out and overflow in turn
+        target = np.array([5.0, 5.0] if f % 2 == 0 else [35.0, 35.0], np.float32)
+        c = (boxes[:, :2] + boxes[:, 2:]) / 2
+        c += (target - c) * np.float32(0.6) + rng.normal(0, 1.0, c.shape).astype(np.float32)
+        h = (boxes[:, 2:] - boxes[:, :2]) / 2
+        boxes = np.concatenate([c - h, c + h], 1).astype(np.float32)
+        t.step(update_ids=ids, update_boxes=boxes)
+    assert calls["sap"] > 0 and calls["pm"] > 0, f"the scene did not compact both arenas: {calls}"
