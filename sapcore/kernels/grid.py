@@ -8,7 +8,7 @@ cell its box touches; its handle remembers them).
 """
 import numpy as np
 
-from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
+from .._numba import NJIT, NJIT_PARALLEL, njit, prange
 
 FLAG_NONE = 0
 FLAG_MOVED = 1
@@ -17,13 +17,6 @@ FLAG_ADDED = 3
 FLAG_MOVED_CELLS = 4     # moved, and its cell range changed (it may leave cells)
 
 _CLAMP = 4.0e18
-
-
-@njit(**NJIT_INLINE)
-def grid_in_range(cr, h, x, y, z, C):
-    """Is wrapped cell (x, y, z) inside the range row ``cr[h]``?"""
-    return (((x - cr[h, 0]) % C[0] <= cr[h, 3]) and ((y - cr[h, 1]) % C[1] <= cr[h, 4])
-            and ((z - cr[h, 2]) % C[2] <= cr[h, 5]))
 
 
 @njit(**NJIT_PARALLEL)

@@ -33,16 +33,6 @@ def pair_key(a, b):
     return (np.uint64(a) << _S32) | np.uint64(b)
 
 
-@njit(**NJIT_INLINE)
-def pair_key_lo(k):
-    return np.int64(k >> _S32)
-
-
-@njit(**NJIT_INLINE)
-def pair_key_hi(k):
-    return np.int64(k & _LO32)
-
-
 def capacity_for(count, minimum=16):
     """Power-of-two table size that keeps the load factor at or below 1/2 (15 -> 32, 16 -> 32, 7 -> 16)."""
     cap = minimum
