@@ -313,7 +313,9 @@ class World:
         self._g_cap, self._g_slots, self._g_keys, self._g_cnt = cap, slots, keys, cnt
 
     # ------------------------------------------------------------------ frame
-    def _check_boxes(self, boxes, n, field):
+    def _check_boxes(self, boxes, n, field, handles=None, same=None):
+        """float32 [n, 2*dims] boxes, checked; with ``handles`` (updates of known objects), rows equal
+        to the stored boxes are marked ``same[i] = 2`` and not checked again."""
         d2 = 2 * self.dims
         if boxes is None:
             if n:
@@ -340,7 +342,11 @@ class World:
             with np.errstate(invalid="ignore", over="ignore"):
                 b = b.astype(np.float32)
         b = np.ascontiguousarray(b, np.float32)
-        row, code, axis = kval.boxes_check(b, self.dims, self._coord_limit32)
+        if handles is not None:
+            row, code, axis = kval.boxes_check_changed(b, self._obj_box, handles, self.dims,
+                                                       self._coord_limit32, same)
+        else:
+            row, code, axis = kval.boxes_check(b, self.dims, self._coord_limit32)
         if row >= 0:
             raise FrameError(field, int(row), _BOX_REASON[code].format(axis=axis, limit=self._coord_limit))
         return b
@@ -375,7 +381,15 @@ class World:
         n_ops = rem.shape[0] + upd.shape[0] + add.shape[0]
         # small frames stay on this thread: waking the workers would cost more than the work
         numba.set_num_threads(self._max_threads if n_ops >= _PARALLEL_MIN_OPS else 1)
-        upd_boxes = self._check_boxes(update_boxes, upd.shape[0], "update_boxes")
+        # the same objects as in the last frame, none removed since: same handles, no duplicates, and
+        # a box equal to the stored one needs no check
+        cached = (self._last_upd is not None and rem.shape[0] == 0 and upd.shape[0] == self._last_upd.shape[0]
+                  and np.array_equal(upd, self._last_upd))
+        same = np.empty(upd.shape[0], np.uint8)
+        if cached:
+            upd_boxes = self._check_boxes(update_boxes, upd.shape[0], "update_boxes", self._last_upd_h, same)
+        else:
+            upd_boxes = self._check_boxes(update_boxes, upd.shape[0], "update_boxes")
         add_boxes = self._check_boxes(add_boxes, add.shape[0], "add_boxes")
         na = add.shape[0]
         add_cat = self._check_column(add_category, na, "add_category", np.uint32, 0xFFFFFFFF)
@@ -383,10 +397,7 @@ class World:
         add_static = self._check_column(add_static, na, "add_static", np.uint8, 0)
         rem_h = np.empty(rem.shape[0], np.int32)
         upd_h = np.empty(upd.shape[0], np.int32)
-        cached = (self._last_upd is not None and rem.shape[0] == 0 and upd.shape[0] == self._last_upd.shape[0]
-                  and np.array_equal(upd, self._last_upd))
         if cached:
-            # the same objects as in the last frame, none removed since: same handles, no duplicates
             upd_h = self._last_upd_h
             upd_chk = upd[:0]
         else:
@@ -430,10 +441,9 @@ class World:
 
         # phase 2: rasterize: cell ranges, boxes and flags (parallel), touched cells and entries (serial)
         newr = np.empty((upd_h.shape[0] + na, 6), np.int32)
-        same = np.empty(upd_h.shape[0], np.uint8)
         with _PARALLEL_LOCK:
             kgrid.grid_ranges(self.dims, self._bmin, self._inv, self._C, self._obj_box, self._obj_crange,
-                              self._obj_flag, upd_h, upd_boxes, add_h, add_boxes, newr, same)
+                              self._obj_flag, upd_h, upd_boxes, add_h, add_boxes, newr, same, cached)
         # when most objects move, every occupied cell is touched: cheaper than touching cell by cell
         moving = upd_h.shape[0] - int(np.count_nonzero(same == 2)) if upd_h.shape[0] else 0
         dense = 2 * (moving + rem.shape[0]) >= live

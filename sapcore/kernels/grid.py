@@ -20,11 +20,13 @@ _CLAMP = 4.0e18
 
 
 @njit(**NJIT_PARALLEL)
-def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, newr, same):
+def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, newr, same,
+                same_known):
     """First rasterize pass, in parallel over the frame's updates and adds.
 
     New cell ranges go to ``newr`` (rows [0, nu) updates, [nu, nu + na) adds); ``same[i]`` is 2 when
-    update i keeps its box (it is then left alone), 1 when it keeps its cells, else 0. Writes the new
+    update i keeps its box (it is then left alone; with ``same_known`` the caller has already marked
+    those), 1 when it keeps its cells, else 0. Writes the new
     boxes and the per-frame flags, and the cell ranges of added objects (a moved object's range changes
     in the serial pass, which still needs the old one).
     """
@@ -33,10 +35,13 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
     for i in prange(nu + na):
         if i < nu:
             h = upd_h[i]
-            still = True
-            for a in range(2 * dims):
-                if upd_boxes[i, a] != boxes[h, a]:
-                    still = False
+            if same_known:
+                still = same[i] == 2
+            else:
+                still = True
+                for a in range(2 * dims):
+                    if upd_boxes[i, a] != boxes[h, a]:
+                        still = False
             if still:           # the update keeps its box: nothing else to do for it
                 same[i] = 2
                 continue

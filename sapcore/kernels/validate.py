@@ -43,6 +43,43 @@ def boxes_check(boxes, dims, limit):
 
 
 @njit(**NJIT_PARALLEL)
+def boxes_check_changed(boxes, stored, handles, dims, limit, same):
+    """``boxes_check`` for updates whose handles are known: a row equal to the object's stored box is
+    valid already (``same[i] = 2``, not checked again); the others are checked (``same[i] = 0``)."""
+    n = boxes.shape[0]
+    code = np.zeros(n, np.int8)
+    for i in prange(n):
+        h = handles[i]
+        eq = True
+        for a in range(2 * dims):
+            if boxes[i, a] != stored[h, a]:
+                eq = False
+        if eq:
+            same[i] = 2
+            continue
+        same[i] = 0
+        for a in range(dims):
+            lo = boxes[i, a]
+            hi = boxes[i, dims + a]
+            c = BOX_OK
+            if np.isnan(lo) or np.isnan(hi):
+                c = BOX_NAN
+            elif np.isinf(lo) or np.isinf(hi):
+                c = BOX_INF
+            elif lo > hi:
+                c = BOX_MIN_GT_MAX
+            elif abs(lo) > limit or abs(hi) > limit:
+                c = BOX_OUT_OF_RANGE
+            if c != BOX_OK:
+                code[i] = c * 4 + a
+                break
+    for i in range(n):
+        if code[i] != 0:
+            return i, code[i] // 4, code[i] % 4
+    return -1, BOX_OK, 0
+
+
+@njit(**NJIT_PARALLEL)
 def idmap_lookup(keys, vals, ids, out):
     """out[i] = handle of ids[i], or -1 (parallel; the id map is only read)."""
     mask = keys.shape[0] - 1
