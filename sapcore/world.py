@@ -44,6 +44,8 @@ _BOX_REASON = {
     kval.BOX_OUT_OF_RANGE: "|coordinate| on axis {axis} exceeds the supported range {limit:g}",
 }
 _EMPTY_PAIRS = np.zeros((0, 2), np.uint64)
+_NO_HANDLES = np.zeros(0, np.int32)
+_NO_SAME = np.zeros(0, np.uint8)
 #: Parallel kernels of different worlds never run at the same time: numba's default threading layer
 #: (workqueue) does not support concurrent launches, and each launch already uses every core.
 _PARALLEL_LOCK = threading.Lock()
@@ -342,11 +344,9 @@ class World:
             with np.errstate(invalid="ignore", over="ignore"):
                 b = b.astype(np.float32)
         b = np.ascontiguousarray(b, np.float32)
-        if handles is not None:
-            row, code, axis = kval.boxes_check_changed(b, self._obj_box, handles, self.dims,
-                                                       self._coord_limit32, same)
-        else:
-            row, code, axis = kval.boxes_check(b, self.dims, self._coord_limit32)
+        if handles is None:
+            handles, same = _NO_HANDLES, _NO_SAME
+        row, code, axis = kval.boxes_check(b, self.dims, self._coord_limit32, self._obj_box, handles, same)
         if row >= 0:
             raise FrameError(field, int(row), _BOX_REASON[code].format(axis=axis, limit=self._coord_limit))
         return b

@@ -14,50 +14,26 @@ BOX_OUT_OF_RANGE = 4
 
 
 @njit(**NJIT_PARALLEL)
-def boxes_check(boxes, dims, limit):
+def boxes_check(boxes, dims, limit, stored, handles, same):
     """First bad row of float32 boxes [K, 2*dims]: returns (row, code, axis) or (-1, 0, 0).
 
-    Rows are checked in parallel; the answer is the lowest bad row whatever the thread count."""
+    Rows are checked in parallel; the answer is the lowest bad row whatever the thread count. With
+    ``handles`` (int32 [K], updates of known objects; empty otherwise), a row equal to the object's
+    ``stored`` box is valid already: ``same[i] = 2`` and it is not checked again (else ``same[i] = 0``).
+    """
     n = boxes.shape[0]
+    known = handles.shape[0] == n and n > 0
     code = np.zeros(n, np.int8)
     for i in prange(n):
-        for a in range(dims):
-            lo = boxes[i, a]
-            hi = boxes[i, dims + a]
-            c = BOX_OK
-            if np.isnan(lo) or np.isnan(hi):
-                c = BOX_NAN
-            elif np.isinf(lo) or np.isinf(hi):
-                c = BOX_INF
-            elif lo > hi:
-                c = BOX_MIN_GT_MAX
-            elif abs(lo) > limit or abs(hi) > limit:
-                c = BOX_OUT_OF_RANGE
-            if c != BOX_OK:
-                code[i] = c * 4 + a
-                break
-    for i in range(n):
-        if code[i] != 0:
-            return i, code[i] // 4, code[i] % 4
-    return -1, BOX_OK, 0
-
-
-@njit(**NJIT_PARALLEL)
-def boxes_check_changed(boxes, stored, handles, dims, limit, same):
-    """``boxes_check`` for updates whose handles are known: a row equal to the object's stored box is
-    valid already (``same[i] = 2``, not checked again); the others are checked (``same[i] = 0``)."""
-    n = boxes.shape[0]
-    code = np.zeros(n, np.int8)
-    for i in prange(n):
-        h = handles[i]
-        eq = True
-        for a in range(2 * dims):
-            if boxes[i, a] != stored[h, a]:
-                eq = False
-        if eq:
-            same[i] = 2
-            continue
-        same[i] = 0
+        if known:
+            h = handles[i]
+            eq = True
+            for a in range(2 * dims):
+                if boxes[i, a] != stored[h, a]:
+                    eq = False
+            same[i] = 2 if eq else 0
+            if eq:
+                continue
         for a in range(dims):
             lo = boxes[i, a]
             hi = boxes[i, dims + a]
