@@ -15,12 +15,15 @@ Endpoints on an axis are sorted by (value, is_max): at equal values a min comes 
 touching boxes overlap (inclusive rule). Overlap on the other axes is decided by endpoint positions
 (001 §4): positions describe the current sorted order, which is what the incremental updates need.
 
-One frame of one cell (``cell_apply``), in order:
+One frame of one cell (the body of ``cells_apply``), in order:
   1. batch remove: boxes removed from the world or leaving the cell lose their pairs (found in the
      cell's pair set), then every axis is compacted in one pass and slots are renumbered densely;
-  2. update: new values are written in place, then each axis is insertion-sorted; every swap of a min
-     and a max is one of the four rules (min passes max leftwards: overlap may start; max passes min
-     leftwards: overlap may end), decided by the positions on the other axes;
+  2. update: with many moved boxes, their new values are written in place and each axis is
+     insertion-sorted; with few (under a quarter of the cell), one box at a time gets its values and
+     its endpoints move left or right to their places (Terdiman's per-object update). Every swap of a
+     min and a max is one of the four rules (a min passing a max leftwards, or a max passing a min
+     rightwards: overlap may start; the other two: overlap may end), decided by the positions on the
+     other axes;
   3. batch insert: new endpoints are sorted and merged into each axis from the back (one pass), then
      box pruning by one sweep over axis 0 finds the new pairs (complete among the new boxes,
      bipartite new-vs-old).
