@@ -107,14 +107,14 @@ def grid_rasterize(C, crange, flag, cell_n, rem_h, upd_h, add_h, newr, same, den
         h = rem_h[i]
         bound_t += np.int64(crange[h, 3] + 1) * np.int64(crange[h, 4] + 1) * np.int64(crange[h, 5] + 1)
     for i in range(nu + na):
-        k = np.int64(newr[i, 3] + 1) * np.int64(newr[i, 4] + 1) * np.int64(newr[i, 5] + 1)
         if i < nu:
-            if same[i] == 2:
+            if same[i] == 2:    # its row of newr was never written
                 continue
             h = upd_h[i]
             bound_t += np.int64(crange[h, 3] + 1) * np.int64(crange[h, 4] + 1) * np.int64(crange[h, 5] + 1)
             if same[i] == 1:
                 continue
+        k = np.int64(newr[i, 3] + 1) * np.int64(newr[i, 4] + 1) * np.int64(newr[i, 5] + 1)
         bound_t += k
         bound_e += k
     touched = np.empty(ncell if dense else min(bound_t, ncell), np.int32)
