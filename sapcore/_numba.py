@@ -10,7 +10,8 @@ import os
 # and other worlds, and a spinning OpenMP worker that holds a core the game needs turns a 2 ms frame
 # into 30 ms (measured on the 2-core reference machine under load). Must be set before numba loads
 # its OpenMP layer; an explicit setting by the user wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 import numba  # noqa: E402
 

@@ -46,6 +46,7 @@ _BOX_REASON = {
 _EMPTY_PAIRS = np.zeros((0, 2), np.uint64)
 _NO_HANDLES = np.zeros(0, np.int32)
 _NO_SAME = np.zeros(0, np.uint8)
+_NO_IDS = np.zeros(0, np.uint64)
 #: Parallel kernels of different worlds never run at the same time: numba's default threading layer
 #: (workqueue) does not support concurrent launches, and each launch already uses every core.
 _PARALLEL_LOCK = threading.Lock()
@@ -148,8 +149,8 @@ class World:
         self._g_keys = np.zeros(8, np.uint64)
         self._g_cnt = np.zeros(8, np.int32)
         self._gn = 0
-        # Workspace: event buffer, reused between frames; handles of the last frame's updates
-        self._last_upd = self._last_upd_h = None
+        # Workspace: event buffer, reused between frames; ids and handles of the last frame's updates
+        self._last_ids, self._last_h = _NO_IDS, _NO_HANDLES
         self._scratch_ev = np.empty(1024, np.uint64)
 
     # ------------------------------------------------------------------ storage
@@ -164,6 +165,7 @@ class World:
         alive = np.zeros(cap, np.uint8)
         flag = np.zeros(cap, np.uint8)
         crange = np.zeros((cap, 6), np.int16)
+        lastpos = np.zeros(cap, np.int32)
         if old is not None:
             k = old.shape[0]
             ids[:k] = self._obj_id
@@ -174,8 +176,10 @@ class World:
             alive[:k] = self._obj_alive
             flag[:k] = self._obj_flag
             crange[:k] = self._obj_crange
+            lastpos[:k] = self._obj_lastpos
         self._obj_id, self._obj_box, self._obj_cat, self._obj_mask = ids, boxes, cat, msk
         self._obj_static, self._obj_alive, self._obj_flag, self._obj_crange = static, alive, flag, crange
+        self._obj_lastpos = lastpos
 
     def _alloc_sap_arena(self, units):
         d = self.dims
@@ -315,9 +319,8 @@ class World:
         self._g_cap, self._g_slots, self._g_keys, self._g_cnt = cap, slots, keys, cnt
 
     # ------------------------------------------------------------------ frame
-    def _check_boxes(self, boxes, n, field, handles=None, same=None):
-        """float32 [n, 2*dims] boxes, checked; with ``handles`` (updates of known objects), rows equal
-        to the stored boxes are marked ``same[i] = 2`` and not checked again."""
+    def _as_boxes(self, boxes, n, field):
+        """float32 [n, 2*dims] boxes, C order (shape and dtype checked; values by ``_raise_bad_box``)."""
         d2 = 2 * self.dims
         if boxes is None:
             if n:
@@ -343,13 +346,11 @@ class World:
                     axis=int(col) % self.dims, limit=self._coord_limit))
             with np.errstate(invalid="ignore", over="ignore"):
                 b = b.astype(np.float32)
-        b = np.ascontiguousarray(b, np.float32)
-        if handles is None:
-            handles, same = _NO_HANDLES, _NO_SAME
-        row, code, axis = kval.boxes_check(b, self.dims, self._coord_limit32, self._obj_box, handles, same)
+        return np.ascontiguousarray(b, np.float32)
+
+    def _raise_bad_box(self, field, row, code, axis):
         if row >= 0:
             raise FrameError(field, int(row), _BOX_REASON[code].format(axis=axis, limit=self._coord_limit))
-        return b
 
     @staticmethod
     def _check_column(x, n, field, dtype, default):
@@ -381,32 +382,22 @@ class World:
         n_ops = rem.shape[0] + upd.shape[0] + add.shape[0]
         # small frames stay on this thread: waking the workers would cost more than the work
         numba.set_num_threads(self._max_threads if n_ops >= _PARALLEL_MIN_OPS else 1)
-        # the same objects as in the last frame, none removed since: same handles, no duplicates, and
-        # a box equal to the stored one needs no check
-        cached = (self._last_upd is not None and rem.shape[0] == 0 and upd.shape[0] == self._last_upd.shape[0]
-                  and np.array_equal(upd, self._last_upd))
-        same = np.empty(upd.shape[0], np.uint8)
-        if cached:
-            upd_boxes = self._check_boxes(update_boxes, upd.shape[0], "update_boxes", self._last_upd_h, same)
-        else:
-            upd_boxes = self._check_boxes(update_boxes, upd.shape[0], "update_boxes")
-        add_boxes = self._check_boxes(add_boxes, add.shape[0], "add_boxes")
-        na = add.shape[0]
-        add_cat = self._check_column(add_category, na, "add_category", np.uint32, 0xFFFFFFFF)
-        add_msk = self._check_column(add_mask, na, "add_mask", np.uint32, 0xFFFFFFFF)
-        add_static = self._check_column(add_static, na, "add_static", np.uint8, 0)
-        rem_h = np.empty(rem.shape[0], np.int32)
-        upd_h = np.empty(upd.shape[0], np.int32)
-        if cached:
-            upd_h = self._last_upd_h
-            upd_chk = upd[:0]
-        else:
+        nr, nu, na = rem.shape[0], upd.shape[0], add.shape[0]
+        upd_boxes = self._as_boxes(update_boxes, nu, "update_boxes")
+        add_boxes = self._as_boxes(add_boxes, na, "add_boxes")
+        rem_h = np.empty(nr, np.int32)
+        upd_h = np.empty(nu, np.int32)
+        if nr:
             with _PARALLEL_LOCK:
                 kval.idmap_lookup(self._idk, self._idv, rem, rem_h)
-                kval.idmap_lookup(self._idk, self._idv, upd, upd_h)
-            upd_chk = upd
-        code, which, index = kval.frame_check_ids(self._idk, self._idv, rem, upd_chk, add, rem_h, upd_h,
-                                                  self._obj_flag)
+        # updates usually come in the order of the last frame's: their handles follow that list (the
+        # same list again, a client that sends every object every frame, costs one comparison)
+        lookups = 0
+        if nu and not kval.handles_as_listed(upd, self._last_ids, self._last_h, upd_h):
+            lookups = kval.idmap_resolve_seq(self._idk, self._idv, upd, self._last_ids, self._last_h,
+                                             self._obj_lastpos, upd_h)
+        code, which, index = kval.frame_check_ids(self._idk, self._idv, rem, upd, add, rem_h, upd_h,
+                                                  self._obj_flag, lookups == 0)
         if code:
             field = ("remove_ids", "update_ids", "add_ids")[which]
             idv = (rem, upd, add)[which][index]
@@ -414,9 +405,27 @@ class World:
                       2: f"id {idv} appears more than once in the frame",
                       3: f"id {idv} is already live (an id appears at most once in a frame)"}[code]
             raise FrameError(field, index, reason)
+        # every update's handle is known: a box equal to the stored one is marked (same = 2) and needs
+        # no check
+        same = np.empty(nu, np.uint8)
+        with _PARALLEL_LOCK:
+            if nu:
+                self._raise_bad_box("update_boxes", *kval.boxes_check(
+                    upd_boxes, self.dims, self._coord_limit32, self._obj_box, upd_h, same))
+            if na:
+                self._raise_bad_box("add_boxes", *kval.boxes_check(
+                    add_boxes, self.dims, self._coord_limit32, self._obj_box, _NO_HANDLES, _NO_SAME))
+        add_cat = self._check_column(add_category, na, "add_category", np.uint32, 0xFFFFFFFF)
+        add_msk = self._check_column(add_mask, na, "add_mask", np.uint32, 0xFFFFFFFF)
+        add_static = self._check_column(add_static, na, "add_static", np.uint8, 0)
         live = self.object_count
-        if n_ops == 0:      # nothing in the frame (and nothing invalid): nothing can change
+        moving = nu - int(np.count_nonzero(same == 2)) if nu else 0
+        if moving == 0 and nr == 0 and na == 0:
+            # nothing in the frame, or only updates that keep their boxes (and nothing invalid):
+            # nothing can change
             self.frames += 1
+            if nu and (lookups or nu != self._last_ids.shape[0]):
+                self._remember_updates(upd, upd_h)
             t1 = time.perf_counter()
             return Delta(_EMPTY_PAIRS.copy(), _EMPTY_PAIRS.copy(),
                          FrameStats(objects=live, pairs=self._gn, validate_s=t1 - t0, total_s=t1 - t0))
@@ -443,9 +452,8 @@ class World:
         newr = np.empty((upd_h.shape[0] + na, 6), np.int32)
         with _PARALLEL_LOCK:
             kgrid.grid_ranges(self.dims, self._bmin, self._inv, self._C, self._obj_box, self._obj_crange,
-                              self._obj_flag, upd_h, upd_boxes, add_h, add_boxes, newr, same, cached)
+                              self._obj_flag, upd_h, upd_boxes, add_h, add_boxes, newr, same, True)
         # when most objects move, every occupied cell is touched: cheaper than touching cell by cell
-        moving = upd_h.shape[0] - int(np.count_nonzero(same == 2)) if upd_h.shape[0] else 0
         dense = 2 * (moving + rem.shape[0]) >= live
         touched, ent_off, ent_h = kgrid.grid_rasterize(
             self._C, self._obj_crange, self._obj_flag, self._cell_n, rem_h, upd_h, add_h, newr, same, dense,
@@ -521,11 +529,12 @@ class World:
             self._obj_flag[rem_h] = 0
             self._obj_flag[upd_h] = 0
             self._obj_flag[add_h] = 0
-        # Workspace: the handles of this frame's updates, for a next frame that updates the same ids
-        if rem_h.shape[0] or upd.shape[0] < 1024:
-            self._last_upd = self._last_upd_h = None
-        elif not cached:
-            self._last_upd, self._last_upd_h = upd.copy(), upd_h
+        # the order of this frame's updates guides the next frame's (removed handles leave it)
+        if nu:
+            if lookups or nu != self._last_ids.shape[0]:
+                self._remember_updates(upd, upd_h)
+        elif nr:
+            self._last_ids, self._last_h = _NO_IDS, _NO_HANDLES
         t5 = time.perf_counter()
         stats.merge_s = t5 - t4
         stats.total_s = t5 - t0
@@ -536,6 +545,11 @@ class World:
         stats.swaps = int(swaps.sum())
         stats.cells_touched = nt
         return Delta(created, deleted, stats)
+
+    def _remember_updates(self, upd, upd_h):
+        """This frame's update order guides the next frame's handle lookups (idmap_resolve_seq)."""
+        self._last_ids, self._last_h = upd.copy(), upd_h
+        kval.set_positions(upd_h, self._obj_lastpos)
 
     def _keys_to_id_pairs(self, keys):
         """Handle-pair keys -> sorted uint64 [K, 2] rows of (low id, high id)."""

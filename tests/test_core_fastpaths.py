@@ -1,5 +1,5 @@
-"""The engine's fast paths give the same answers as the general ones: frames that update the same ids as
-the frame before (handles reused, no lookup), updates that keep their box (nothing touched), frames where
+"""The engine's fast paths give the same answers as the general ones: frames that update ids in the order
+of the frame before (handles follow that list, ids off it are looked up), updates that keep their box (nothing touched), frames where
 most objects move (every occupied cell applied) or only a few do (cells touched one by one), and
 frames big enough to run in parallel. Every frame is checked against the oracle by ``Twin``."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from core_harness import Twin
 from sapcore import FrameError, WorldConfig
 
-N = 1500   # above the sizes where the same-ids cache and the parallel paths switch on
+N = 1500   # above the size where the parallel paths switch on
 
 
 def _boxes(rng, n, side=60.0):
@@ -40,11 +40,11 @@ def _move(rng, boxes, frac=1.0, step=0.4):
 
 def test_same_ids_every_frame_then_removal_then_new_set(twin):
     t, rng, ids, boxes = twin
-    for _ in range(4):                                  # same update ids: handles come from the cache
+    for _ in range(4):                                  # same update ids: handles follow the last list
         boxes = _move(rng, boxes)
         t.step(update_ids=ids, update_boxes=boxes)
     gone = ids[::7]
-    t.step(remove_ids=gone)                             # a removal frame forgets the cache:
+    t.step(remove_ids=gone)                             # a removal frame forgets the list:
     with pytest.raises(FrameError) as e:                # the same update ids now name removed objects
         t.world.step(update_ids=ids, update_boxes=boxes)
     assert e.value.field == "update_ids" and e.value.index == 0
@@ -58,7 +58,7 @@ def test_same_ids_every_frame_then_removal_then_new_set(twin):
         t.world.step(update_ids=ids, update_boxes=boxes)
     assert e.value.field == "update_ids"
     t.check_state()
-    # re-adding a removed id while updating the cached set works and pairs it
+    # re-adding a removed id while updating the listed set works and pairs it
     t.step(update_ids=keep, update_boxes=kb, add_ids=gone[:5], add_boxes=kb[:5])
 
 
@@ -71,7 +71,7 @@ def test_rejected_frame_between_cached_frames_changes_nothing(twin):
     with pytest.raises(FrameError) as e:
         t.world.step(update_ids=ids, update_boxes=bad)
     assert (e.value.field, e.value.index) == ("update_boxes", N // 2)
-    with pytest.raises(FrameError) as e:                # an add of an id the cached updates hold
+    with pytest.raises(FrameError) as e:                # an add of an id the listed updates hold
         t.world.step(update_ids=ids, update_boxes=boxes, add_ids=ids[3:4], add_boxes=boxes[3:4])
     assert e.value.field == "add_ids"
     t.check_state()
@@ -86,10 +86,80 @@ def test_reordered_ids_and_unchanged_boxes(twin):
     t.oracle.step()
     perm = rng.permutation(N)
     boxes = _move(rng, boxes)
-    t.step(update_ids=ids[perm], update_boxes=boxes[perm])   # same ids, other order: no cache hit
+    t.step(update_ids=ids[perm], update_boxes=boxes[perm])   # same ids, other order: every id looked up
     part = _move(rng, boxes, frac=0.05, step=3.0)            # a few objects move (cells one by one)
     t.step(update_ids=ids, update_boxes=part)
     t.step(update_ids=ids, update_boxes=part)                # then all "update" to the same boxes
+
+
+def _edit(rng, order, live, dead):
+    """The last frame's update order with random edits: dropped runs, inserted ids (live ones from
+    elsewhere in the list or not in it, dead ones), swapped neighbours, repeated ids."""
+    out = list(order)
+    for _ in range(int(rng.integers(0, 6))):
+        kind = rng.integers(0, 5)
+        i = int(rng.integers(0, len(out) + 1))
+        if kind == 0 and out:                                   # drop a run
+            del out[i:i + int(rng.integers(1, 40))]
+        elif kind == 1:                                         # a live id out of place
+            out.insert(i, int(rng.choice(live)))
+        elif kind == 2 and len(out) > i + 1:                    # swap neighbours
+            out[i], out[i + 1] = out[i + 1], out[i]
+        elif kind == 3 and dead and rng.random() < 0.3:         # an id that is not live
+            out.insert(i, int(rng.choice(dead)))
+        elif kind == 4 and out:                                 # a repeat of an earlier id
+            out.insert(i, out[int(rng.integers(0, len(out)))])
+    return out
+
+
+def _id_error(rem, upd, live):
+    """(field, index) of the first id error of a frame of removes and updates, or None."""
+    seen = set()
+    for field, lst in (("remove_ids", rem), ("update_ids", upd)):
+        for i, x in enumerate(lst):
+            if x not in live or x in seen:
+                return field, i
+            seen.add(x)
+    return None
+
+
+def test_update_order_edits_match_the_oracle(twin):
+    """Updates in the last frame's order with ids dropped, inserted, swapped, repeated, unknown, or also
+    removed: handles found along the list or by lookup, every bad frame rejected at the right entry."""
+    t, rng, ids, boxes = twin
+    box_of = {int(i): b for i, b in zip(ids, boxes)}
+    order = [int(i) for i in ids]
+    dead, next_id, bad = [], 10 ** 6, 0
+    for _ in range(60):
+        live = list(box_of)
+        upd = _edit(rng, order, live, dead)
+        rem = [int(x) for x in rng.choice(live, size=int(rng.integers(0, 3)), replace=False)]
+        if rng.random() < 0.5:
+            rem = []
+        err = _id_error(rem, upd, set(box_of))
+        ub = np.array([box_of.get(x, boxes[0]) for x in upd], np.float32).reshape(-1, 4)
+        ub = _move(rng, ub, frac=0.5)
+        add = list(range(next_id, next_id + int(rng.integers(0, 4))))
+        ab = _boxes(rng, len(add))
+        frame = dict(remove_ids=np.array(rem, np.uint64), update_ids=np.array(upd, np.uint64),
+                     update_boxes=ub, add_ids=np.array(add, np.uint64), add_boxes=ab)
+        if err:
+            with pytest.raises(FrameError) as e:
+                t.world.step(**frame)
+            assert (e.value.field, e.value.index) == err
+            bad += 1
+            continue
+        t.step(**frame)
+        next_id += len(add)
+        for x in rem:
+            del box_of[x]
+            dead.append(x)
+        box_of.update({x: b for x, b in zip(upd, ub)})
+        box_of.update({x: b for x, b in zip(add, ab)})
+        if upd:                        # the next frame updates the new objects too (at the end), or not
+            order = upd + add if rng.random() < 0.5 else upd
+    assert 5 <= bad <= 55              # both kinds of frame were exercised
+    t.check_state()
 
 
 def test_same_frames_same_deltas_with_one_or_two_threads():

@@ -1,7 +1,7 @@
 """Frame validation kernels: find the first bad entry of a frame without changing anything."""
 import numpy as np
 
-from .._numba import NJIT, NJIT_PARALLEL, njit, prange
+from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
 from .hashing import hash_u64
 from .idmap import idmap_find
 
@@ -11,6 +11,45 @@ BOX_NAN = 1
 BOX_INF = 2
 BOX_MIN_GT_MAX = 3
 BOX_OUT_OF_RANGE = 4
+
+
+@njit(**NJIT_INLINE)
+def _box_code(boxes, i, dims, limit):
+    """0 if row i of ``boxes`` is a valid box, else ``reason * 4 + axis``."""
+    for a in range(dims):
+        lo = boxes[i, a]
+        hi = boxes[i, dims + a]
+        c = BOX_OK
+        if np.isnan(lo) or np.isnan(hi):
+            c = BOX_NAN
+        elif np.isinf(lo) or np.isinf(hi):
+            c = BOX_INF
+        elif lo > hi:
+            c = BOX_MIN_GT_MAX
+        elif abs(lo) > limit or abs(hi) > limit:
+            c = BOX_OUT_OF_RANGE
+        if c != BOX_OK:
+            return c * 4 + a
+    return 0
+
+
+@njit(**NJIT)
+def _first_bad(boxes, dims, limit, stored, handles):
+    """(row, code, axis) of the lowest bad row (serial: only called when there is one)."""
+    known = handles.shape[0] == boxes.shape[0]
+    for i in range(boxes.shape[0]):
+        if known:
+            h = handles[i]
+            eq = True
+            for a in range(2 * dims):
+                if boxes[i, a] != stored[h, a]:
+                    eq = False
+            if eq:
+                continue
+        c = _box_code(boxes, i, dims, limit)
+        if c != 0:
+            return i, c // 4, c % 4
+    return -1, BOX_OK, 0
 
 
 @njit(**NJIT_PARALLEL)
@@ -23,36 +62,38 @@ def boxes_check(boxes, dims, limit, stored, handles, same):
     """
     n = boxes.shape[0]
     known = handles.shape[0] == n and n > 0
-    code = np.zeros(n, np.int8)
+    bad = 0
     for i in prange(n):
         if known:
             h = handles[i]
-            eq = True
-            for a in range(2 * dims):
-                if boxes[i, a] != stored[h, a]:
-                    eq = False
+            eq = (boxes[i, 0] == stored[h, 0]) & (boxes[i, dims] == stored[h, dims])
+            for a in range(1, dims):
+                eq &= (boxes[i, a] == stored[h, a]) & (boxes[i, dims + a] == stored[h, dims + a])
             same[i] = 2 if eq else 0
             if eq:
                 continue
-        for a in range(dims):
-            lo = boxes[i, a]
-            hi = boxes[i, dims + a]
-            c = BOX_OK
-            if np.isnan(lo) or np.isnan(hi):
-                c = BOX_NAN
-            elif np.isinf(lo) or np.isinf(hi):
-                c = BOX_INF
-            elif lo > hi:
-                c = BOX_MIN_GT_MAX
-            elif abs(lo) > limit or abs(hi) > limit:
-                c = BOX_OUT_OF_RANGE
-            if c != BOX_OK:
-                code[i] = c * 4 + a
-                break
-    for i in range(n):
-        if code[i] != 0:
-            return i, code[i] // 4, code[i] % 4
+        if _box_code(boxes, i, dims, limit) != 0:
+            bad += 1
+    if bad:
+        return _first_bad(boxes, dims, limit, stored, handles if known else handles[:0])
     return -1, BOX_OK, 0
+
+
+@njit(**NJIT)
+def handles_as_listed(ids, last_ids, last_h, out):
+    """Updates that repeat the last frame's list exactly (a client that sends every object every
+    frame): ``out`` = the last list's handles, no hash probe. Returns False (``out`` unspecified) when
+    the lists differ; the caller then uses ``idmap_resolve_seq``."""
+    n = ids.shape[0]
+    if n != last_ids.shape[0]:
+        return False
+    miss = False
+    for i in range(n):
+        miss |= ids[i] != last_ids[i]
+    if miss:
+        return False
+    out[:] = last_h
+    return True
 
 
 @njit(**NJIT_PARALLEL)
@@ -68,10 +109,53 @@ def idmap_lookup(keys, vals, ids, out):
 
 
 @njit(**NJIT)
-def frame_check_ids(keys, vals, rem_ids, upd_ids, add_ids, rem_h, upd_h, mark):
+def idmap_resolve_seq(keys, vals, ids, last_ids, last_h, last_pos, out):
+    """out[i] = handle of ids[i], or -1, guided by the previous frame's update list.
+
+    Clients usually send their updates in the same order every frame, give or take the objects they
+    removed or added: ``ids`` is walked alongside ``last_ids`` (whose handles are ``last_h``) and an id
+    equal to the next expected one takes its handle without a hash probe. Any other id is looked up in
+    the id map, and when it sits further along the previous list (``last_pos[h]``, the position of
+    handle h in it) the walk resumes after it. Returns the number of ids that needed a lookup: with 0,
+    the ids are an in-order subsequence of ``last_ids``, hence without duplicates.
+    """
+    mask = keys.shape[0] - 1
+    n_last = last_ids.shape[0]
+    j = 0
+    lookups = 0
+    for i in range(ids.shape[0]):
+        key = ids[i]
+        if j < n_last and last_ids[j] == key:
+            out[i] = last_h[j]
+            j += 1
+            continue
+        lookups += 1
+        s = np.int64(hash_u64(key) & np.uint64(mask))
+        while vals[s] >= 0 and keys[s] != key:
+            s = (s + 1) & mask
+        h = vals[s]
+        out[i] = h
+        if h >= 0:
+            p = last_pos[h]
+            if j <= p < n_last and last_h[p] == h:
+                j = p + 1
+    return lookups
+
+
+@njit(**NJIT)
+def set_positions(handles, pos):
+    """pos[handles[i]] = i."""
+    for i in range(handles.shape[0]):
+        pos[handles[i]] = i
+
+
+@njit(**NJIT)
+def frame_check_ids(keys, vals, rem_ids, upd_ids, add_ids, rem_h, upd_h, mark, upd_unique):
     """Check every id rule of a frame, given the handles of its removes and updates (-1: unknown).
 
-    ``mark`` is a per-handle uint8 scratch array, all zero on entry and on return.
+    ``mark`` is a per-handle uint8 scratch array, all zero on entry and on return. With ``upd_unique``
+    the update handles are known to be valid and distinct (``idmap_resolve_seq`` found them all in
+    order): only the removes are marked, and the updates are checked against them.
     Returns (code, which, index): code 0 ok, 1 unknown id, 2 duplicate id, 3 live id re-added;
     which 0 = remove_ids, 1 = update_ids, 2 = add_ids; index = row at fault.
     """
@@ -86,8 +170,11 @@ def frame_check_ids(keys, vals, rem_ids, upd_ids, add_ids, rem_h, upd_h, mark):
             which = 0 if i < nr else 1
             index = i if i < nr else i - nr
             break
-        mark[h] = 1
-        done = i + 1
+        if i < nr or not upd_unique:
+            mark[h] = 1
+            done = i + 1
+        elif nr == 0:
+            break           # distinct valid updates and no removes: nothing to check
     # the scratch marks must come back all zero
     for i in range(done):
         mark[rem_h[i] if i < nr else upd_h[i - nr]] = 0
