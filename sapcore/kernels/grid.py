@@ -83,6 +83,45 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
 
 
 @njit(**NJIT)
+def spatial_order(dims, bmin, inv, C, boxes, handles):
+    """Reorder ``handles`` (int32 [K], one per row of ``boxes``) in place so that they ascend in the
+    grid order of the rows' min corners: row i gets the i-th smallest handle of its cell-major rank.
+
+    Objects that share cells then have nearby handles, so a cell's members read nearby rows of the
+    per-object arrays (boxes, flags, cell ranges) instead of rows scattered over the whole world.
+    Stable (frame order within a cell): a counting sort over the cells when they are fewer than 8 per
+    row, else a merge sort of the keys.
+    """
+    k = boxes.shape[0]
+    ncell = C[0] * C[1] * C[2]
+    key = np.empty(k, np.int64)
+    for i in range(k):
+        c = np.int64(0)
+        for a in range(3):
+            q = np.int64(0)
+            if a < dims:
+                v = min(max((np.float64(boxes[i, a]) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)
+                q = np.int64(np.floor(v)) % C[a]
+            c = c * C[a] + q
+        key[i] = c
+    pool = np.sort(handles)
+    if ncell > 8 * k:
+        order = np.argsort(key, kind="mergesort")
+        for r in range(k):
+            handles[order[r]] = pool[r]
+        return
+    count = np.zeros(ncell + 1, np.int64)
+    for i in range(k):
+        count[key[i] + 1] += 1
+    for c in range(ncell):
+        count[c + 1] += count[c]
+    for i in range(k):
+        c = key[i]
+        handles[i] = pool[count[c]]
+        count[c] += 1
+
+
+@njit(**NJIT)
 def grid_rasterize(C, crange, flag, cell_n, rem_h, upd_h, add_h, newr, same, dense,
                    cell_stamp, cell_tidx, frame):
     """Second rasterize pass (serial): the touched cells and the objects entering each.
