@@ -72,8 +72,13 @@ def check_world(world) -> None:
                                         int(world._cell_pm_cap[c]), pb, keys[p]) == p, f"cell {c}: pair hash"
         for key in keys.tolist():
             counts[key] = counts.get(key, 0) + 1
-    gk = world._g_keys[:world._gn]
-    assert len(counts) == world._gn, "world pair count"
-    for p, key in enumerate(gk.tolist()):
-        assert counts.get(key) == int(world._g_cnt[p]), f"world count of pair {key:#x}"
-        assert kmerge.pair_set_find(world._g_slots, world._g_keys, 0, world._g_cap, 0, gk[p]) == p, "world hash"
+    assert len(counts) == world._gn == int(world._g_n.sum()), "world pair count"
+    cap = world._g_cap
+    assert 2 * int(world._g_n.max()) < cap, "world pair table load factor"
+    for s in range(world._g_n.shape[0]):
+        pb = s * (cap // 2)
+        for p in range(int(world._g_n[s])):
+            key = world._g_keys[pb + p]
+            assert kmerge.world_shard(key, world._g_n.shape[0]) == s, f"shard of pair {int(key):#x}"
+            assert counts.get(int(key)) == int(world._g_cnt[pb + p]), f"world count of pair {int(key):#x}"
+            assert kmerge.pair_set_find(world._g_slots, world._g_keys, s * cap, cap, pb, key) == p, "world hash"

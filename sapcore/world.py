@@ -56,6 +56,9 @@ _PARALLEL_MIN_OPS = 32768
 #: Arenas are compacted when their garbage (regions left behind by cells that grew) exceeds a quarter
 #: of what is live, and this many units.
 _COMPACT_MIN_UNITS = 1 << 16
+#: The world's pair table is split in this many shards, merged in parallel (a constant, so that the
+#: result never depends on the thread count).
+_WORLD_SHARDS = 8
 _LO32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 
@@ -143,11 +146,12 @@ class World:
         self._pm_top = 0
         self._pm_garbage = 0
         self._alloc_pm_arena(1024)
-        # world pair counts
+        # world pair counts: _WORLD_SHARDS shards of _g_cap slots each (kernels/merge.py)
         self._g_cap = 16
-        self._g_slots = np.full(16, -1, np.int32)
-        self._g_keys = np.zeros(8, np.uint64)
-        self._g_cnt = np.zeros(8, np.int32)
+        self._g_slots = np.full(_WORLD_SHARDS * 16, -1, np.int32)
+        self._g_keys = np.zeros(_WORLD_SHARDS * 8, np.uint64)
+        self._g_cnt = np.zeros(_WORLD_SHARDS * 8, np.int32)
+        self._g_n = np.zeros(_WORLD_SHARDS, np.int64)
         self._gn = 0
         # Workspace: event buffer, reused between frames; ids and handles of the last frame's updates
         self._last_ids, self._last_h = _NO_IDS, _NO_HANDLES
@@ -306,17 +310,26 @@ class World:
         self._pm_garbage = 0
 
     def _reserve_world_pairs(self, extra):
-        need = self._gn + extra
+        """Room in every shard of the world's pair table for ``extra[s]`` more pairs (load <= 1/2)."""
+        need = int((self._g_n + extra).max())
         if 2 * need < self._g_cap:
             return
         cap = capacity_for(need)
-        keys = np.zeros(cap // 2, np.uint64)
-        cnt = np.zeros(cap // 2, np.int32)
-        keys[:self._gn] = self._g_keys[:self._gn]
-        cnt[:self._gn] = self._g_cnt[:self._gn]
-        slots = np.empty(cap, np.int32)
-        kmerge.pair_set_rehash(slots, keys, 0, cap, 0, self._gn)
+        half, old_half = cap // 2, self._g_cap // 2
+        keys = np.zeros(_WORLD_SHARDS * half, np.uint64)
+        cnt = np.zeros(_WORLD_SHARDS * half, np.int32)
+        slots = np.empty(_WORLD_SHARDS * cap, np.int32)
+        for s in range(_WORLD_SHARDS):
+            n = int(self._g_n[s])
+            keys[s * half:s * half + n] = self._g_keys[s * old_half:s * old_half + n]
+            cnt[s * half:s * half + n] = self._g_cnt[s * old_half:s * old_half + n]
+            kmerge.pair_set_rehash(slots, keys, s * cap, cap, s * half, n)
         self._g_cap, self._g_slots, self._g_keys, self._g_cnt = cap, slots, keys, cnt
+
+    def _world_pair_keys(self):
+        """Every active pair's key (handle space), shard after shard."""
+        return kmerge.gather_runs(self._g_keys, np.arange(_WORLD_SHARDS, dtype=np.int64) * (self._g_cap // 2),
+                                  self._g_n)
 
     # ------------------------------------------------------------------ frame
     def _as_boxes(self, boxes, n, field):
@@ -513,12 +526,19 @@ class World:
         t4 = time.perf_counter()
         stats.apply_s = t4 - t2
 
-        # phase 7: merge into the world's pair counts (serial)
-        self._reserve_world_pairs(int(out_n.sum()))
-        self._gn, created, deleted = kmerge.world_merge(ev_key, ev_off, out_n, self._g_slots, self._g_keys,
-                                                        self._g_cnt, self._g_cap, self._gn)
-        created = self._keys_to_id_pairs(created)
-        deleted = self._keys_to_id_pairs(deleted)
+        # phase 7: merge into the world's pair counts (the events grouped by shard, shards in parallel)
+        events, boff = kmerge.world_bucket(ev_key, ev_off, out_n, _WORLD_SHARDS)
+        self._reserve_world_pairs(np.diff(boff))
+        created = np.empty(events.shape[0], np.uint64)
+        deleted = np.empty(events.shape[0], np.uint64)
+        n_cr = np.zeros(_WORLD_SHARDS, np.int64)
+        n_de = np.zeros(_WORLD_SHARDS, np.int64)
+        with _PARALLEL_LOCK:
+            kmerge.world_merge(events, boff, self._g_slots, self._g_keys, self._g_cnt, self._g_cap, self._g_n,
+                               created, deleted, n_cr, n_de)
+        self._gn = int(self._g_n.sum())
+        created = self._keys_to_id_pairs(kmerge.gather_runs(created, boff, n_cr))
+        deleted = self._keys_to_id_pairs(kmerge.gather_runs(deleted, boff, n_de))
 
         # phase 8: release removed objects, clear the frame's flags
         if rem_h.shape[0]:
@@ -578,7 +598,7 @@ class World:
 
     def pairs(self) -> np.ndarray:
         """All active pairs: uint64 [P, 2] rows (low id, high id), sorted."""
-        return self._keys_to_id_pairs(self._g_keys[:self._gn].copy())
+        return self._keys_to_id_pairs(self._world_pair_keys())
 
     def query(self, region) -> np.ndarray:
         """Sorted ids (uint64) of the live boxes intersecting ``region`` (2*dims floats, inclusive)."""

@@ -8,12 +8,13 @@ created/deleted pairs are written over it in turn.
 
 World merge: a pair may live in several cells. The world keeps per pair the number of cells holding it
 and reports ``created`` when that count goes 0 -> 1 and ``deleted`` when it goes 1 -> 0, netted over the
-whole frame. It runs serially over the touched cells in their (deterministic) order.
+whole frame. The world's pair table is split in shards by the top bits of the key's hash; the events are
+grouped by shard (keeping the touched cells' deterministic order) and the shards merge in parallel.
 """
 import numpy as np
 
 from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
-from .hashing import EVENT_REMOVED, KEY_MASK
+from .hashing import EVENT_REMOVED, KEY_MASK, hash_u64
 from .pair_set import pair_set_find, pair_set_find_slot, pair_set_insert, pair_set_remove_slot, pair_set_rehash
 
 ACTIVE = np.uint8(1)
@@ -80,64 +81,135 @@ def cells_net(touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_
 
 
 @njit(**NJIT)
-def world_merge(ev_key, ev_off, out_n, g_slots, g_keys, g_cnt, cap, gn):
-    """Merge the cells' netted events into the world's pair counts.
+def world_bucket(ev_key, ev_off, out_n, shards):
+    """The cells' netted events (in touched-cell order) grouped by world shard, stably.
 
-    Returns (new pair count, created keys, deleted keys) with keys in handle space, unsorted.
+    Returns (events uint64 [E], off int64 [shards + 1]): shard s's events are ``events[off[s]:off[s+1]]``
+    in their original order. The shard of a key is the top bits of its hash (``world_shard``).
     """
     total = 0
     for t in range(out_n.shape[0]):
         total += out_n[t]
-    ch_key = np.empty(total, np.uint64)
-    ch_orig = np.empty(total, np.int32)
-    ch_p = np.empty(total, np.int64)
-    nc = 0
+    shift = np.uint64(64 - _log2(shards))
+    shard = np.empty(total, np.int32)
+    off = np.zeros(shards + 1, np.int64)
+    r = 0
     for t in range(out_n.shape[0]):
         eo = ev_off[t]
-        for r in range(out_n[t]):
-            ek = ev_key[eo + r]
+        for i in range(out_n[t]):
+            s = np.int32(hash_u64(ev_key[eo + i] & KEY_MASK) >> shift)
+            shard[r] = s
+            off[s + 1] += 1
+            r += 1
+    for s in range(shards):
+        off[s + 1] += off[s]
+    fill = off[:shards].copy()
+    out = np.empty(total, np.uint64)
+    r = 0
+    for t in range(out_n.shape[0]):
+        eo = ev_off[t]
+        for i in range(out_n[t]):
+            s = shard[r]
+            out[fill[s]] = ev_key[eo + i]
+            fill[s] += 1
+            r += 1
+    return out, off
+
+
+@njit(**NJIT_INLINE)
+def _log2(x):
+    k = 0
+    while (1 << k) < x:
+        k += 1
+    return k
+
+
+@njit(**NJIT)
+def world_shard(key, shards):
+    """Shard of a pair key in the world's pair table."""
+    return np.int64(hash_u64(key) >> np.uint64(64 - _log2(shards)))
+
+
+@njit(**NJIT_PARALLEL)
+def world_merge(events, off, g_slots, g_keys, g_cnt, cap, g_n, created, deleted, n_created, n_deleted):
+    """Merge the cells' netted events into the world's pair counts, one shard per task, in parallel.
+
+    Shard s owns slots ``[s * cap, (s + 1) * cap)`` and pairs ``[s * cap // 2, ...)`` of the world table
+    (``g_n[s]`` of them) and the events ``events[off[s]:off[s + 1]]`` (``world_bucket``). Its created
+    and deleted keys (handle space, unsorted) go to ``created`` / ``deleted`` from ``off[s]`` on,
+    ``n_created[s]`` / ``n_deleted[s]`` of them. Each shard processes its events in their given order,
+    so the result does not depend on the number of threads.
+    """
+    half = cap // 2
+    for s in prange(off.shape[0] - 1):
+        lo = off[s]
+        m = off[s + 1] - lo
+        sb = s * cap
+        pb = s * half
+        gn = g_n[s]
+        ch_key = np.empty(m, np.uint64)
+        ch_orig = np.empty(m, np.int32)
+        ch_p = np.empty(m, np.int64)
+        nc = 0
+        for r in range(m):
+            ek = events[lo + r]
             key = ek & KEY_MASK
-            p = pair_set_find(g_slots, g_keys, 0, cap, 0, key)
+            p = pair_set_find(g_slots, g_keys, sb, cap, pb, key)
             if p < 0:
-                gn = pair_set_insert(g_slots, g_keys, g_cnt, 0, cap, 0, gn, key, _TOUCH)
+                gn = pair_set_insert(g_slots, g_keys, g_cnt, sb, cap, pb, gn, key, _TOUCH)
                 p = gn - 1
                 ch_key[nc] = key
                 ch_orig[nc] = 0
                 ch_p[nc] = p
                 nc += 1
-            elif (g_cnt[p] & _TOUCH) == 0:
+            elif (g_cnt[pb + p] & _TOUCH) == 0:
                 ch_key[nc] = key
-                ch_orig[nc] = g_cnt[p]
+                ch_orig[nc] = g_cnt[pb + p]
                 ch_p[nc] = p
                 nc += 1
-                g_cnt[p] |= _TOUCH
+                g_cnt[pb + p] |= _TOUCH
             if (ek & EVENT_REMOVED) != 0:
-                g_cnt[p] -= 1
+                g_cnt[pb + p] -= 1
             else:
-                g_cnt[p] += 1
-    # the pairs' indices are still valid here: nothing has been removed yet
-    created = np.empty(nc, np.uint64)
-    deleted = np.empty(nc, np.uint64)
-    ncr = 0
-    nde = 0
-    nz = 0
-    for r in range(nc):
-        p = ch_p[r]
-        now = g_cnt[p] & ~_TOUCH
-        g_cnt[p] = now
-        if now == 0:
-            ch_key[nz] = ch_key[r]          # removed below (r >= nz: in place is safe)
-            nz += 1
-            if ch_orig[r] > 0:
-                deleted[nde] = ch_key[r]
-                nde += 1
-        elif ch_orig[r] == 0:
-            created[ncr] = ch_key[r]
-            ncr += 1
-    for r in range(nz):
-        i = pair_set_find_slot(g_slots, g_keys, 0, cap, 0, ch_key[r])
-        gn = pair_set_remove_slot(g_slots, g_keys, g_cnt, 0, cap, 0, gn, i)
-    return gn, created[:ncr], deleted[:nde]
+                g_cnt[pb + p] += 1
+        # the pairs' indices are still valid here: nothing has been removed yet
+        ncr = 0
+        nde = 0
+        nz = 0
+        for r in range(nc):
+            p = ch_p[r]
+            now = g_cnt[pb + p] & ~_TOUCH
+            g_cnt[pb + p] = now
+            if now == 0:
+                ch_key[nz] = ch_key[r]          # removed below (r >= nz: in place is safe)
+                nz += 1
+                if ch_orig[r] > 0:
+                    deleted[lo + nde] = ch_key[r]
+                    nde += 1
+            elif ch_orig[r] == 0:
+                created[lo + ncr] = ch_key[r]
+                ncr += 1
+        for r in range(nz):
+            i = pair_set_find_slot(g_slots, g_keys, sb, cap, pb, ch_key[r])
+            gn = pair_set_remove_slot(g_slots, g_keys, g_cnt, sb, cap, pb, gn, i)
+        g_n[s] = gn
+        n_created[s] = ncr
+        n_deleted[s] = nde
+
+
+@njit(**NJIT)
+def gather_runs(src, off, counts):
+    """Concatenate the runs ``src[off[s]:off[s] + counts[s]]``."""
+    total = 0
+    for s in range(counts.shape[0]):
+        total += counts[s]
+    out = np.empty(total, src.dtype)
+    w = 0
+    for s in range(counts.shape[0]):
+        for r in range(counts[s]):
+            out[w] = src[off[s] + r]
+            w += 1
+    return out
 
 
 @njit(**NJIT)

@@ -26,7 +26,8 @@ One frame of one cell (the body of ``cells_apply``), in order:
      other axes;
   3. batch insert: new endpoints are sorted and merged into each axis from the back (one pass), then
      box pruning by one sweep over axis 0 finds the new pairs (complete among the new boxes,
-     bipartite new-vs-old).
+     bipartite new-vs-old); with only a few new boxes, each is tested directly against every box
+     before it (by endpoint positions on every axis), which is cheaper than sweeping the axis.
 Pair changes are written as events (pair key, bit 63 set for "removed") into the cell's slice of the
 event buffer. A slice that overflows keeps counting; its cell is recomputed afterwards, never dropped.
 """
@@ -36,6 +37,11 @@ import numpy as np
 from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
 from .grid import FLAG_MOVED, FLAG_MOVED_CELLS, FLAG_REMOVED
 from .hashing import EVENT_REMOVED, pair_key
+
+
+#: Up to this many boxes entering a cell in one frame are paired by direct tests against every box of
+#: the cell (kn * n tests); more use the sweep over axis 0 (2n endpoints, with active lists).
+_DIRECT_MAX = 3
 
 
 @njit(**NJIT_INLINE)
@@ -284,10 +290,28 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
                     w -= 1
             n_old = n
             n += kn
-            # one sweep, two active lists: scratch rows 0 (old boxes), 1 (new boxes), 2 (index in list)
+            # a few new boxes: each is tested against every box before it, by positions on every axis
+            # (no sweep over the whole axis)
+            for s in range(n_old, n if kn <= _DIRECT_MAX else n_old):
+                hs = bx_h[base + s]
+                for tt in range(s):
+                    ok = True
+                    for b in range(dims):
+                        if not (bx_pos[base + s, 2 * b] < bx_pos[base + tt, 2 * b + 1]
+                                and bx_pos[base + tt, 2 * b] < bx_pos[base + s, 2 * b + 1]):
+                            ok = False
+                            break
+                    if ok:
+                        ht = bx_h[base + tt]
+                        if ((cat[hs] & msk[ht]) != 0 and (cat[ht] & msk[hs]) != 0
+                                and not (static[hs] != 0 and static[ht] != 0)):
+                            if cnt < cap:
+                                ev_key[eo + cnt] = pair_key(hs, ht)
+                            cnt += 1
+            # more: one sweep, two active lists: scratch rows 0 (old boxes), 1 (new boxes), 2 (index in list)
             no = 0
             nn = 0
-            for e in range(1, 2 * n + 1):
+            for e in range(1, 2 * n + 1 if kn > _DIRECT_MAX else 1):
                 d = ep_dat[0, eb + e]
                 s = d >> 1
                 is_new = s >= n_old
