@@ -50,9 +50,11 @@ _NO_IDS = np.zeros(0, np.uint64)
 #: Parallel kernels of different worlds never run at the same time: numba's default threading layer
 #: (workqueue) does not support concurrent launches, and each launch already uses every core.
 _PARALLEL_LOCK = threading.Lock()
-#: Frames with less work than this (objects in the frame, boxes in the touched cells) run on the
-#: calling thread alone: waking the workers would cost more than the work.
+#: A parallel kernel with less work than this (objects, cell members or pair events it handles) runs
+#: on the calling thread alone: waking the sleeping workers (50-100 us on a VM) would cost more.
 _PARALLEL_MIN_OPS = 32768
+#: The same for the kernels that handle pair events (about 100 ns each).
+_PARALLEL_MIN_EVENTS = 8192
 #: Arenas are compacted when their garbage (regions left behind by cells that grew) exceeds a quarter
 #: of what is live, and this many units.
 _COMPACT_MIN_UNITS = 1 << 16
@@ -393,8 +395,7 @@ class World:
         upd = _as_ids(update_ids, "update_ids")
         add = _as_ids(add_ids, "add_ids")
         n_ops = rem.shape[0] + upd.shape[0] + add.shape[0]
-        # small frames stay on this thread: waking the workers would cost more than the work
-        numba.set_num_threads(self._max_threads if n_ops >= _PARALLEL_MIN_OPS else 1)
+        self._threads(n_ops)
         nr, nu, na = rem.shape[0], upd.shape[0], add.shape[0]
         upd_boxes = self._as_boxes(update_boxes, nu, "update_boxes")
         add_boxes = self._as_boxes(add_boxes, na, "add_boxes")
@@ -465,6 +466,7 @@ class World:
 
         # phase 2: rasterize: cell ranges, boxes and flags (parallel), touched cells and entries (serial)
         newr = np.empty((upd_h.shape[0] + na, 6), np.int32)
+        self._threads(moving + na)
         with _PARALLEL_LOCK:
             kgrid.grid_ranges(self.dims, self._bmin, self._inv, self._C, self._obj_box, self._obj_crange,
                               self._obj_flag, upd_h, upd_boxes, add_h, add_boxes, newr, same, True)
@@ -500,7 +502,7 @@ class World:
 
         # phase 4: every touched cell's SAP, in parallel
         work = int(cell_n.sum()) + ent_h.shape[0]
-        numba.set_num_threads(self._max_threads if work >= _PARALLEL_MIN_OPS else 1)
+        self._threads(work)
         with _PARALLEL_LOCK:
             ksap.cells_apply(touched, ent_off, ent_h, self.dims, self._C, self._obj_flag, self._obj_crange,
                              self._obj_box, self._obj_cat, self._obj_mask, self._obj_static,
@@ -520,6 +522,7 @@ class World:
         # phase 6: net the events in each cell's pair set, in parallel
         self._reserve_pair_sets(touched, ev_plus)
         out_n = np.zeros(nt, np.int64)
+        self._threads(int(ev_n.sum()), _PARALLEL_MIN_EVENTS)
         with _PARALLEL_LOCK:
             kmerge.cells_net(touched, ev_key, ev_off, ev_n, self._cell_pm_base, self._cell_pm_cap,
                              self._cell_pm_n, self._pm_slots, self._pm_keys, self._pm_flag, out_n)
@@ -533,6 +536,7 @@ class World:
         deleted = np.empty(events.shape[0], np.uint64)
         n_cr = np.zeros(_WORLD_SHARDS, np.int64)
         n_de = np.zeros(_WORLD_SHARDS, np.int64)
+        self._threads(events.shape[0], _PARALLEL_MIN_EVENTS)
         with _PARALLEL_LOCK:
             kmerge.world_merge(events, boff, self._g_slots, self._g_keys, self._g_cnt, self._g_cap, self._g_n,
                                created, deleted, n_cr, n_de)
@@ -567,6 +571,10 @@ class World:
         stats.swaps = int(swaps.sum())
         stats.cells_touched = nt
         return Delta(created, deleted, stats)
+
+    def _threads(self, work, threshold=_PARALLEL_MIN_OPS):
+        """Threads for the next parallel kernels: all of this world's, or 1 for little work."""
+        numba.set_num_threads(self._max_threads if work >= threshold else 1)
 
     def _remember_updates(self, upd, upd_h):
         """This frame's update order guides the next frame's handle lookups (idmap_resolve_seq)."""
