@@ -6,11 +6,18 @@ from .kernels import idmap as kid
 from .kernels import merge as kmerge
 
 
+def _decode(enc):
+    """float32 values of encoded endpoint values (the inverse of ``sap_cell.encode``)."""
+    enc = enc.astype(np.uint32)
+    bits = np.where(enc & np.uint32(0x80000000), enc & np.uint32(0x7FFFFFFF), ~enc)
+    return bits.astype(np.uint32).view(np.float32)
+
+
 def check_world(world) -> None:
     """Check every internal invariant; raise AssertionError on the first one broken (tests only).
 
-    Invariant: each cell holds exactly the live objects whose cell range covers it; its endpoints
-    are sorted by (value, is_max) behind a -inf sentinel, carry the boxes' current values and agree
+    Invariant: each cell holds exactly the live objects whose cell range covers it; its endpoint keys
+    are sorted by (value, is_max) behind a zero sentinel, carry the boxes' current values and agree
     with the recorded positions; its pair set holds exactly the cell's overlapping, allowed pairs, all
     active; the world counts per pair the cells holding it, and holds no other pair.
     """
@@ -40,27 +47,27 @@ def check_world(world) -> None:
         assert sorted(members.tolist()) == sorted(expect.get(c, [])), f"cell {c}: members"
         eb = 2 * base
         for a in range(d):
-            val = world._ep_val[a, eb:eb + 2 * n + 1]
-            dat = world._ep_dat[a, eb:eb + 2 * n + 1]
+            key = world._ep_key[a, eb:eb + 2 * n + 1]
             if n == 0:
                 continue
-            assert val[0] == -np.inf, f"cell {c} axis {a}: sentinel"
-            v, m = val[1:], dat[1:] & 1
-            assert np.all((v[:-1] < v[1:]) | ((v[:-1] == v[1:]) & (m[:-1] <= m[1:]))), \
-                f"cell {c} axis {a}: endpoints not sorted"
-            slot = dat[1:] >> 1
+            assert key[0] == 0, f"cell {c} axis {a}: sentinel"
+            order = key[1:] >> np.uint64(31)                      # (encoded value, is_max)
+            assert np.all(order[:-1] <= order[1:]), f"cell {c} axis {a}: endpoints not sorted"
+            m = (order & np.uint64(1)).astype(np.int64)
+            v = _decode(key[1:] >> np.uint64(32))
+            slot = (key[1:] & np.uint64(0x7FFFFFFF)).astype(np.int64)
             pos = np.arange(1, 2 * n + 1)
             assert np.array_equal(world._bx_pos[base + slot, 2 * a + m], pos), f"cell {c} axis {a}: positions"
             boxes = world._obj_box[members[slot]]
-            assert np.array_equal(v, np.where(m == 0, boxes[:, a], boxes[:, d + a])), \
+            assert np.array_equal(v, np.where(m == 0, boxes[:, a], boxes[:, d + a]) + np.float32(0.0)), \
                 f"cell {c} axis {a}: stale endpoint values"
         # the pair set equals the cell's pairs recomputed from scratch
         k = karena.cell_all_pairs(c, d, world._obj_cat, world._obj_mask, world._obj_static, world._cell_n,
-                                  world._cell_base, world._bx_h, world._bx_pos, world._ep_dat,
+                                  world._cell_base, world._bx_h, world._bx_pos, world._ep_key,
                                   np.empty(0, np.uint64), 0)
         full = np.empty(k, np.uint64)
         karena.cell_all_pairs(c, d, world._obj_cat, world._obj_mask, world._obj_static, world._cell_n,
-                              world._cell_base, world._bx_h, world._bx_pos, world._ep_dat, full, 0)
+                              world._cell_base, world._bx_h, world._bx_pos, world._ep_key, full, 0)
         pn = int(world._cell_pm_n[c])
         pb = int(world._cell_pm_base[c]) // 2
         keys = world._pm_keys[pb:pb + pn]

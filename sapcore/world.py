@@ -191,8 +191,7 @@ class World:
         d = self.dims
         self._bx_h = np.zeros(units, np.int32)
         self._bx_pos = np.zeros((units, 2 * d), np.int32)
-        self._ep_val = np.zeros((d, 2 * units), np.float32)
-        self._ep_dat = np.zeros((d, 2 * units), np.int32)
+        self._ep_key = np.zeros((d, 2 * units), np.uint64)
 
     def _alloc_pm_arena(self, slots):
         self._pm_slots = np.full(slots, -1, np.int32)
@@ -242,18 +241,17 @@ class World:
         new_base = self._top + np.cumsum(size) - size
         self._garbage += int((self._cell_cap[cells].astype(np.int64) + (self._cell_cap[cells] > 0)).sum())
         karena.cells_move(cells, new_base, new_cap, self.dims, self._cell_n, self._cell_base, self._cell_cap,
-                          self._bx_h, self._bx_pos, self._ep_val, self._ep_dat,
-                          self._bx_h, self._bx_pos, self._ep_val, self._ep_dat)
+                          self._bx_h, self._bx_pos, self._ep_key,
+                          self._bx_h, self._bx_pos, self._ep_key)
         self._top += total
 
     def _grow_sap_arena(self, units):
-        old = (self._bx_h, self._bx_pos, self._ep_val, self._ep_dat)
+        old = (self._bx_h, self._bx_pos, self._ep_key)
         k = old[0].shape[0]
         self._alloc_sap_arena(units)
         self._bx_h[:k] = old[0]
         self._bx_pos[:k] = old[1]
-        self._ep_val[:, :2 * k] = old[2]
-        self._ep_dat[:, :2 * k] = old[3]
+        self._ep_key[:, :2 * k] = old[2]
 
     def _compact_sap(self, extra=0):
         """Lay every occupied cell out again, densely, in fresh arrays."""
@@ -261,11 +259,11 @@ class World:
         caps = self._cell_cap[cells]
         size = caps.astype(np.int64) + 1
         units = max(1024, int(1.25 * (size.sum() + extra)) + 2)
-        old = (self._bx_h, self._bx_pos, self._ep_val, self._ep_dat)
+        old = (self._bx_h, self._bx_pos, self._ep_key)
         self._alloc_sap_arena(units)
         new_base = 1 + np.cumsum(size) - size
         karena.cells_move(cells, new_base, caps, self.dims, self._cell_n, self._cell_base, self._cell_cap,
-                          *old, self._bx_h, self._bx_pos, self._ep_val, self._ep_dat)
+                          *old, self._bx_h, self._bx_pos, self._ep_key)
         self._top = 1 + int(size.sum())
         self._garbage = 0
 
@@ -497,17 +495,16 @@ class World:
         max_cap = int(self._cell_cap[touched].max()) if nt else 0
         nth = numba.config.NUMBA_NUM_THREADS
         scratch = np.empty((nth, 3, max_cap + 1), np.int32)
-        fscratch = np.empty((nth, 2 * max_cap + 2), np.float32)
-        iscratch = np.empty((nth, 2 * max_cap + 2), np.int32)
+        kscratch = np.empty((nth, 2 * max_cap + 2), np.uint64)
 
         # phase 4: every touched cell's SAP, in parallel
         work = int(cell_n.sum()) + ent_h.shape[0]
         self._threads(work)
         with _PARALLEL_LOCK:
             ksap.cells_apply(touched, ent_off, ent_h, self.dims, self._C, self._obj_flag, self._obj_crange,
-                             self._obj_box, self._obj_cat, self._obj_mask, self._obj_static,
-                             self._cell_n, self._cell_base, self._bx_h, self._bx_pos, self._ep_val, self._ep_dat,
-                             scratch, fscratch, iscratch, self._cell_pm_base, self._cell_pm_n, self._pm_keys,
+                             self._obj_box.view(np.uint32), self._obj_cat, self._obj_mask, self._obj_static,
+                             self._cell_n, self._cell_base, self._bx_h, self._bx_pos, self._ep_key,
+                             scratch, kscratch, self._cell_pm_base, self._cell_pm_n, self._pm_keys,
                              ev_key, ev_off, ev_n, ev_plus, swaps)
         # phase 5: overflowed event slices are recomputed exactly
         over = ev_n > ev_cap
@@ -515,7 +512,7 @@ class World:
             stats.cell_overflows = int(over.sum())
             ev_key, ev_off, ev_n = karena.cells_recompute_events(
                 touched, over, self.dims, self._obj_cat, self._obj_mask, self._obj_static, self._cell_n,
-                self._cell_base, self._bx_h, self._bx_pos, self._ep_dat, self._cell_pm_base, self._cell_pm_cap,
+                self._cell_base, self._bx_h, self._bx_pos, self._ep_key, self._cell_pm_base, self._cell_pm_cap,
                 self._cell_pm_n, self._pm_slots, self._pm_keys, ev_key, ev_off, ev_n)
             ev_plus = ev_n
 

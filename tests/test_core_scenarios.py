@@ -137,6 +137,30 @@ def test_float32_rounding():
     assert np.array_equal(twin.world.boxes([0]), np.array([boxes[0]], np.float32))
 
 
+@pytest.mark.parametrize("dims", [2, 3])
+def test_signed_zeros_and_negative_coordinates(dims):
+    """-0.0 equals +0.0 (boxes touching at zero from either side pair, whichever zero each carries), and
+    negative coordinates order below positive ones, on every axis, as boxes are added, moved and moved
+    back across zero."""
+    cfg = cfg2(cells=(2, 2), bounds=(-2.0, -2.0, 2.0, 2.0)) if dims == 2 else cfg3(
+        cells=(2, 2, 2), bounds=(-2.0, -2.0, -2.0, 2.0, 2.0, 2.0))
+    twin = Twin(cfg)
+    lo, hi = np.full(dims, -1.0), np.full(dims, 1.0)
+    z, nz = np.zeros(dims), np.full(dims, -0.0)
+    boxes = np.array([np.r_[lo, nz], np.r_[z, hi], np.r_[nz, hi], np.r_[lo, z],          # touch at 0
+                      np.r_[lo - 0.5, lo], np.r_[lo * 1e-30, nz],                        # far / tiny negative
+                      np.r_[nz, z]])                                                      # a point at zero
+    ids = np.arange(len(boxes), dtype=np.uint64)
+    twin.step(add_ids=ids, add_boxes=boxes)
+    assert {(0, 1), (0, 2), (1, 3), (2, 3), (0, 6), (1, 6), (5, 6)} <= twin.active
+    for shift in (-0.25, 0.25, 0.0):
+        moved = boxes.copy()
+        moved[:4] += shift
+        twin.step(update_ids=ids, update_boxes=moved)
+    mirrored = np.concatenate([-boxes[:, dims:], -boxes[:, :dims]], axis=1)      # zeros flip sign
+    twin.step(update_ids=ids[::-1], update_boxes=mirrored[::-1])
+
+
 def test_filters_and_static():
     cfg = cfg2(cells=(2, 2))
     twin = Twin(cfg)

@@ -10,7 +10,7 @@ from .sap_cell import cell_all_pairs
 
 @njit(**NJIT)
 def cells_move(cells, new_base, new_cap, dims, cell_n, cell_base, cell_cap,
-               old_h, old_pos, old_val, old_dat, bx_h, bx_pos, ep_val, ep_dat):
+               old_h, old_pos, old_key, bx_h, bx_pos, ep_key):
     """Copy the SAP regions of ``cells`` to ``new_base`` (box units) with capacity ``new_cap``.
 
     The old and new arrays may be the same objects only when the regions do not overlap.
@@ -25,18 +25,16 @@ def cells_move(cells, new_base, new_cap, dims, cell_n, cell_base, cell_cap,
             for k in range(2 * dims):
                 bx_pos[nb + s, k] = old_pos[ob + s, k]
         for a in range(dims):
-            ep_val[a, 2 * nb] = -np.inf
-            ep_dat[a, 2 * nb] = -1
+            ep_key[a, 2 * nb] = 0           # the sentinel
             for e in range(1, 2 * n + 1):
-                ep_val[a, 2 * nb + e] = old_val[a, 2 * ob + e]
-                ep_dat[a, 2 * nb + e] = old_dat[a, 2 * ob + e]
+                ep_key[a, 2 * nb + e] = old_key[a, 2 * ob + e]
         cell_base[c] = nb
         cell_cap[c] = new_cap[i]
 
 
 @njit(**NJIT)
 def cells_recompute_events(touched, over, dims, cat, msk, static, cell_n, cell_base, bx_h, bx_pos,
-                           ep_dat, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys,
+                           ep_key, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys,
                            ev_key, ev_off, ev_n):
     """Rebuild the event buffer with exact events for the cells whose slice overflowed.
 
@@ -52,12 +50,12 @@ def cells_recompute_events(touched, over, dims, cat, msk, static, cell_n, cell_b
         k = 0
         if over[t]:
             k = cell_all_pairs(touched[t], dims, cat, msk, static, cell_n, cell_base, bx_h, bx_pos,
-                               ep_dat, empty, 0)
+                               ep_key, empty, 0)
         full_off[t + 1] = full_off[t] + k
     full = np.empty(full_off[nt], np.uint64)
     for t in range(nt):
         if over[t]:
-            cell_all_pairs(touched[t], dims, cat, msk, static, cell_n, cell_base, bx_h, bx_pos, ep_dat,
+            cell_all_pairs(touched[t], dims, cat, msk, static, cell_n, cell_base, bx_h, bx_pos, ep_key,
                            full[full_off[t]:full_off[t + 1]], 0)
             full[full_off[t]:full_off[t + 1]].sort()
     # pass 2: sizes of the new slices

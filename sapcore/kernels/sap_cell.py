@@ -4,15 +4,16 @@ Arena layout (cell c owns a region of ``cell_cap[c] + 1`` box units starting at 
 
     bx_h[base + s]                int32   object handle of local box slot s, s in [0, n)
     bx_pos[base + s, 2*a + m]     int32   position of the min (m=0) / max (m=1) endpoint on axis a
-    ep_val[a, 2*base + e]         float32 endpoint value, e in [0, 2n]; e = 0 is the -inf sentinel
-    ep_dat[a, 2*base + e]         int32   packed endpoint: local slot << 1 | is_max
+    ep_key[a, 2*base + e]         uint64  endpoint e in [0, 2n] of axis a, packed (001 "float-to-int
+                                          encoding"): encode(value) << 32 | is_max << 31 | local slot;
+                                          e = 0 is the sentinel, key 0, below every endpoint
 
 Workspace, one block per worker thread: ``scratch[thread, 3, cap]`` int32 (slot renumbering, active
-lists of the sweep), ``fscratch[thread, 2 * cap]`` float32 and ``iscratch[thread, 2 * cap]`` int32 (new
-endpoints), with cap the largest capacity of a touched cell.
+lists of the sweep) and ``kscratch[thread, 2 * cap]`` uint64 (new endpoints), with cap the largest
+capacity of a touched cell.
 
-Endpoints on an axis are sorted by (value, is_max): at equal values a min comes first, which makes
-touching boxes overlap (inclusive rule). Overlap on the other axes is decided by endpoint positions
+Endpoints on an axis are sorted by ``key >> 31``, that is by (value, is_max): at equal values a min
+comes first, which makes touching boxes overlap (inclusive rule); one integer comparison decides. Overlap on the other axes is decided by endpoint positions
 (001 §4): positions describe the current sorted order, which is what the incremental updates need.
 
 One frame of one cell (the body of ``cells_apply``), in order:
@@ -39,6 +40,29 @@ from .grid import FLAG_MOVED, FLAG_MOVED_CELLS, FLAG_REMOVED
 from .hashing import EVENT_REMOVED, pair_key
 
 
+#: Endpoint keys: ``encode(value) << 32 | is_max << 31 | slot``. Ordering keys by ``key >> 31`` orders
+#: endpoints by value, a min before a max at equal values (touching boxes overlap). Key 0 is the
+#: sentinel at position 0 of every axis: below every encoded value.
+SLOT_MASK = np.uint64(0x7FFFFFFF)
+LOW32 = np.uint64(0xFFFFFFFF)
+HIGH32 = np.uint64(0xFFFFFFFF00000000)
+_S31 = np.uint64(31)
+_S32 = np.uint64(32)
+_ONE = np.uint64(1)
+
+
+@njit(**NJIT_INLINE)
+def encode(bits):
+    """Order-preserving uint32 of a finite float32 given by its bits (001 "float-to-int encoding"):
+    positive values get the sign bit set, negative ones are inverted; -0.0 encodes as +0.0."""
+    u = np.uint32(bits)
+    if u == np.uint32(0x80000000):
+        u = np.uint32(0)
+    if (u & np.uint32(0x80000000)) != 0:
+        return np.uint64(~u)
+    return np.uint64(u | np.uint32(0x80000000))
+
+
 #: Up to this many boxes entering a cell in one frame are paired by direct tests against every box of
 #: the cell (kn * n tests); more use the sweep over axis 0 (2n endpoints, with active lists).
 _DIRECT_MAX = 3
@@ -63,8 +87,8 @@ def _overlap_others(bx_pos, base, s, t, dims, skip):
 
 
 @njit(**NJIT_PARALLEL)
-def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk, static,
-                cell_n, cell_base, bx_h, bx_pos, ep_val, ep_dat, scratch, fscratch, iscratch,
+def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static,
+                cell_n, cell_base, bx_h, bx_pos, ep_key, scratch, kscratch,
                 cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n, ev_plus, swaps):
     """Apply every touched cell in parallel (steps 1-3 of the module docstring).
 
@@ -125,14 +149,13 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
             for a in range(dims):
                 w = 0
                 for e in range(1, 2 * n + 1):
-                    d = ep_dat[a, eb + e]
-                    ns = scratch[tid, 0, d >> 1]
+                    kk = ep_key[a, eb + e]
+                    ns = scratch[tid, 0, np.int64(kk & SLOT_MASK)]
                     if ns < 0:
                         continue
                     w += 1
-                    ep_val[a, eb + w] = ep_val[a, eb + e]
-                    ep_dat[a, eb + w] = (ns << 1) | (d & 1)
-                    bx_pos[base + ns, 2 * a + (d & 1)] = w
+                    ep_key[a, eb + w] = (kk & ~SLOT_MASK) | np.uint64(ns)
+                    bx_pos[base + ns, 2 * a + np.int64((kk >> _S31) & _ONE)] = w
             for s in range(n):
                 ns = scratch[tid, 0, s]
                 if ns >= 0:
@@ -149,8 +172,10 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
                     es = scratch[tid, 1, i]
                     h = bx_h[base + es]
                     for a in range(dims):
-                        ep_val[a, eb + bx_pos[base + es, 2 * a]] = boxes[h, a]
-                        ep_val[a, eb + bx_pos[base + es, 2 * a + 1]] = boxes[h, dims + a]
+                        p0 = eb + bx_pos[base + es, 2 * a]
+                        p1 = eb + bx_pos[base + es, 2 * a + 1]
+                        ep_key[a, p0] = (encode(boxes_u[h, a]) << _S32) | (ep_key[a, p0] & LOW32)
+                        ep_key[a, p1] = (encode(boxes_u[h, dims + a]) << _S32) | (ep_key[a, p1] & LOW32)
             for a in range(dims):
                 nitems = 2 * moved if few else 2 * n - 1
                 first_max = False
@@ -161,36 +186,32 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
                             # one box at a time: its new values go in just before its endpoints move,
                             # so the rest of the axis is sorted while they do
                             h = bx_h[base + es]
-                            ep_val[a, eb + bx_pos[base + es, 2 * a]] = boxes[h, a]
-                            ep_val[a, eb + bx_pos[base + es, 2 * a + 1]] = boxes[h, dims + a]
+                            p0 = eb + bx_pos[base + es, 2 * a]
+                            p1 = eb + bx_pos[base + es, 2 * a + 1]
+                            ep_key[a, p0] = (encode(boxes_u[h, a]) << _S32) | (ep_key[a, p0] & LOW32)
+                            ep_key[a, p1] = (encode(boxes_u[h, dims + a]) << _S32) | (ep_key[a, p1] & LOW32)
                             pmx = bx_pos[base + es, 2 * a + 1]
-                            first_max = pmx < 2 * n and (
-                                ep_val[a, eb + pmx] > ep_val[a, eb + pmx + 1]
-                                or (ep_val[a, eb + pmx] == ep_val[a, eb + pmx + 1]
-                                    and (ep_dat[a, eb + pmx + 1] & 1) == 0))
+                            first_max = pmx < 2 * n and (ep_key[a, eb + pmx] >> _S31) > (ep_key[a, eb + pmx + 1] >> _S31)
                         em = 1 if first_max == ((it & 1) == 0) else 0
                         i = bx_pos[base + es, 2 * a + em]
                     else:
                         i = it + 2
-                    v = ep_val[a, eb + i]
-                    dd = ep_dat[a, eb + i]
-                    em = dd & 1
-                    es = dd >> 1
-                    pv = ep_val[a, eb + i - 1]
-                    pd = ep_dat[a, eb + i - 1]
-                    if pv > v or (pv == v and (pd & 1) > em):
+                    kv = ep_key[a, eb + i]
+                    hv = kv >> _S31
+                    em = np.int64(hv & _ONE)
+                    es = np.int64(kv & SLOT_MASK)
+                    pk = ep_key[a, eb + i - 1]
+                    if (pk >> _S31) > hv:
                         step = -1
-                    elif few and i < 2 * n and (ep_val[a, eb + i + 1] < v or (
-                            ep_val[a, eb + i + 1] == v and em > (ep_dat[a, eb + i + 1] & 1))):
+                    elif few and i < 2 * n and (ep_key[a, eb + i + 1] >> _S31) < hv:
                         step = 1
-                        pv = ep_val[a, eb + i + 1]
-                        pd = ep_dat[a, eb + i + 1]
+                        pk = ep_key[a, eb + i + 1]
                     else:
                         continue
                     j = i + step
                     while True:
-                        ps = pd >> 1
-                        pm = pd & 1
+                        ps = np.int64(pk & SLOT_MASK)
+                        pm = np.int64((pk >> _S31) & _ONE)
                         if pm != em:
                             # the four rules: only a min/max swap changes an overlap on this axis;
                             # the other axes are tested by positions (their current order)
@@ -213,25 +234,21 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
                                     if cnt < cap:
                                         ev_key[eo + cnt] = key
                                     cnt += 1
-                        ep_val[a, eb + j - step] = pv
-                        ep_dat[a, eb + j - step] = pd
+                        ep_key[a, eb + j - step] = pk
                         bx_pos[base + ps, 2 * a + pm] = j - step
                         sw += 1
                         j += step
                         if step < 0:
-                            pv = ep_val[a, eb + j]
-                            pd = ep_dat[a, eb + j]
-                            if not (pv > v or (pv == v and (pd & 1) > em)):
+                            pk = ep_key[a, eb + j]
+                            if not ((pk >> _S31) > hv):
                                 break
                         else:
                             if j > 2 * n:
                                 break
-                            pv = ep_val[a, eb + j]
-                            pd = ep_dat[a, eb + j]
-                            if not (pv < v or (pv == v and em > (pd & 1))):
+                            pk = ep_key[a, eb + j]
+                            if not ((pk >> _S31) < hv):
                                 break
-                    ep_val[a, eb + j - step] = v
-                    ep_dat[a, eb + j - step] = dd
+                    ep_key[a, eb + j - step] = kv
                     bx_pos[base + es, 2 * a + em] = j - step
         # ---- step 3: batch insert: sorted merge from the back, then box pruning on axis 0
         e0 = ent_off[t]
@@ -241,52 +258,39 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
                 bx_h[base + n + i] = ent_h[e0 + i]
             m2 = 2 * kn
             for a in range(dims):
-                # the new endpoints, sorted by (value, is_max) in this thread's workspace
+                # the new endpoints' keys, sorted, in this thread's workspace
                 for i in range(kn):
                     h = ent_h[e0 + i]
-                    fscratch[tid, i] = boxes[h, a]
-                    iscratch[tid, i] = (n + i) << 1
-                    fscratch[tid, kn + i] = boxes[h, dims + a]
-                    iscratch[tid, kn + i] = ((n + i) << 1) | 1
+                    kscratch[tid, i] = (encode(boxes_u[h, a]) << _S32) | np.uint64(n + i)
+                    kscratch[tid, kn + i] = ((encode(boxes_u[h, dims + a]) << _S32) | (_ONE << _S31)
+                                             | np.uint64(n + i))
                 if m2 <= 64:
                     for i in range(1, m2):
-                        xv = fscratch[tid, i]
-                        xd = iscratch[tid, i]
+                        xk = kscratch[tid, i]
                         j = i - 1
-                        while j >= 0 and (fscratch[tid, j] > xv
-                                          or (fscratch[tid, j] == xv and (iscratch[tid, j] & 1) > (xd & 1))):
-                            fscratch[tid, j + 1] = fscratch[tid, j]
-                            iscratch[tid, j + 1] = iscratch[tid, j]
+                        while j >= 0 and kscratch[tid, j] > xk:
+                            kscratch[tid, j + 1] = kscratch[tid, j]
                             j -= 1
-                        fscratch[tid, j + 1] = xv
-                        iscratch[tid, j + 1] = xd
+                        kscratch[tid, j + 1] = xk
                 else:
-                    # stable sort by value: mins (listed first) stay before maxes at equal values
-                    order = np.argsort(fscratch[tid, :m2], kind="mergesort")
-                    sv = fscratch[tid, :m2][order]
-                    sd = iscratch[tid, :m2][order]
-                    fscratch[tid, :m2] = sv
-                    iscratch[tid, :m2] = sd
+                    kscratch[tid, :m2].sort()
                 # reverse merge into the axis: walk both sorted lists from their ends
                 io = 2 * n
                 w = 2 * (n + kn)
                 for r in range(m2 - 1, -1, -1):
-                    xv = fscratch[tid, r]
-                    xd = iscratch[tid, r]
+                    xk = kscratch[tid, r]
+                    xh = xk >> _S31
                     while True:
-                        ov = ep_val[a, eb + io]
-                        od = ep_dat[a, eb + io]
-                        if io > 0 and (ov > xv or (ov == xv and (od & 1) > (xd & 1))):
-                            ep_val[a, eb + w] = ov
-                            ep_dat[a, eb + w] = od
-                            bx_pos[base + (od >> 1), 2 * a + (od & 1)] = w
+                        ok_ = ep_key[a, eb + io]
+                        if io > 0 and (ok_ >> _S31) > xh:
+                            ep_key[a, eb + w] = ok_
+                            bx_pos[base + np.int64(ok_ & SLOT_MASK), 2 * a + np.int64((ok_ >> _S31) & _ONE)] = w
                             io -= 1
                             w -= 1
                         else:
                             break
-                    ep_val[a, eb + w] = xv
-                    ep_dat[a, eb + w] = xd
-                    bx_pos[base + (xd >> 1), 2 * a + (xd & 1)] = w
+                    ep_key[a, eb + w] = xk
+                    bx_pos[base + np.int64(xk & SLOT_MASK), 2 * a + np.int64((xk >> _S31) & _ONE)] = w
                     w -= 1
             n_old = n
             n += kn
@@ -312,10 +316,10 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
             no = 0
             nn = 0
             for e in range(1, 2 * n + 1 if kn > _DIRECT_MAX else 1):
-                d = ep_dat[0, eb + e]
-                s = d >> 1
+                d = ep_key[0, eb + e]
+                s = np.int64(d & SLOT_MASK)
                 is_new = s >= n_old
-                if (d & 1) == 0:
+                if ((d >> _S31) & _ONE) == 0:
                     hs = bx_h[base + s]
                     for side in range(2):
                         if side == 0:
@@ -349,14 +353,14 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes, cat, msk,
                         no += 1
                 else:
                     i = scratch[tid, 2, s]
-                    row = 1 if is_new else 0
                     if is_new:
                         nn -= 1
                         last = scratch[tid, 1, nn]
+                        scratch[tid, 1, i] = last
                     else:
                         no -= 1
                         last = scratch[tid, 0, no]
-                    scratch[tid, row, i] = last
+                        scratch[tid, 0, i] = last
                     scratch[tid, 2, last] = i
         cell_n[c] = n
         ev_n[t] = cnt
@@ -378,7 +382,7 @@ def _emit(ev_key, eo, cap, cnt, key):
 
 
 @njit(**NJIT)
-def cell_all_pairs(c, dims, cat, msk, static, cell_n, cell_base, bx_h, bx_pos, ep_dat, out, cnt):
+def cell_all_pairs(c, dims, cat, msk, static, cell_n, cell_base, bx_h, bx_pos, ep_key, out, cnt):
     """Every pair of cell c from scratch (sweep over axis 0), written to ``out``; returns the count.
 
     Writes only while there is room (``out`` may be too small: the caller sizes it from the count).
@@ -388,17 +392,17 @@ def cell_all_pairs(c, dims, cat, msk, static, cell_n, cell_base, bx_h, bx_pos, e
     eb = 2 * base
     cap = out.shape[0]
     for e in range(1, 2 * n + 1):
-        d = ep_dat[0, eb + e]
-        if (d & 1) != 0:
+        d = ep_key[0, eb + e]
+        if ((d >> _S31) & _ONE) != 0:
             continue
-        s = d >> 1
+        s = np.int64(d & SLOT_MASK)
         hs = bx_h[base + s]
         end = bx_pos[base + s, 1]
         for f in range(e + 1, end):
-            d2 = ep_dat[0, eb + f]
-            if (d2 & 1) != 0:
+            d2 = ep_key[0, eb + f]
+            if ((d2 >> _S31) & _ONE) != 0:
                 continue
-            t = d2 >> 1
+            t = np.int64(d2 & SLOT_MASK)
             if _overlap_others(bx_pos, base, s, t, dims, 0):
                 ht = bx_h[base + t]
                 if pair_allowed(cat, msk, static, hs, ht):
