@@ -6,15 +6,18 @@ all cells' arrays live in shared arenas owned by this class. The world keeps per
 cells holding it and reports only the 0 -> 1 and 1 -> 0 transitions, netted over a frame.
 
 ``World.step`` applies one frame, in numbered phases:
-  0. validate the whole frame (boxes, ids, limits); nothing changes before this passes
-  1. resolve handles (free slots are reused, but never within the frame that freed them)
+  0. validate the whole frame (ids, then boxes, limits); nothing changes before this passes. Update
+     handles follow the previous frame's update list (a hash lookup only for ids off that list)
+  1. handles of new objects, in grid order so that neighbours in space are neighbours in the object
+     arrays (free slots are reused, but never within the frame that freed them)
   2. rasterize: new boxes, cell ranges and flags (parallel); the touched cells and their entering
      objects (serial; when most objects move, every occupied cell)
   3. reserve room: cell regions, event slices (vectorised over the touched cells only)
   4. apply every touched cell's SAP in parallel, GIL released: remove, update, insert -> pair events
   5. cells whose event slice overflowed are recomputed exactly (never dropped)
   6. net the events in each cell's pair set, in parallel
-  7. merge the cells' netted pairs into the world's pair counts (serial, deterministic)
+  7. merge the cells' netted pairs into the world's pair counts (grouped by shard of the world's pair
+     table, shards in parallel; deterministic)
   8. finish: ids of the delta, free removed handles, clear the frame's flags
 """
 from __future__ import annotations
