@@ -177,6 +177,8 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
                         ep_key[a, p0] = (encode(boxes_u[h, a]) << _S32) | (ep_key[a, p0] & LOW32)
                         ep_key[a, p1] = (encode(boxes_u[h, dims + a]) << _S32) | (ep_key[a, p1] & LOW32)
             for a in range(dims):
+                b1 = 1 if a == 0 else 0         # the other axes (dims is 2 or 3)
+                b2 = 1 if a == 2 else 2
                 nitems = 2 * moved if few else 2 * n - 1
                 first_max = False
                 for it in range(nitems):
@@ -214,13 +216,15 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
                         pm = np.int64((pk >> _S31) & _ONE)
                         if pm != em:
                             # the four rules: only a min/max swap changes an overlap on this axis;
-                            # the other axes are tested by positions (their current order)
-                            ok = True
-                            for b in range(dims):
-                                if b != a and not (bx_pos[base + es, 2 * b] < bx_pos[base + ps, 2 * b + 1]
-                                                   and bx_pos[base + ps, 2 * b] < bx_pos[base + es, 2 * b + 1]):
-                                    ok = False
-                                    break
+                            # the other axes are tested by positions (their current order), without
+                            # branches (the outcome is unpredictable)
+                            qe = base + es
+                            qp = base + ps
+                            ok = ((bx_pos[qe, 2 * b1] < bx_pos[qp, 2 * b1 + 1])
+                                  & (bx_pos[qp, 2 * b1] < bx_pos[qe, 2 * b1 + 1]))
+                            if dims == 3:
+                                ok = ok & ((bx_pos[qe, 2 * b2] < bx_pos[qp, 2 * b2 + 1])
+                                           & (bx_pos[qp, 2 * b2] < bx_pos[qe, 2 * b2 + 1]))
                             if ok:
                                 ha = bx_h[base + es]
                                 hb = bx_h[base + ps]
