@@ -139,20 +139,30 @@ def grid_rasterize(C, crange, flag, cell_n, rem_h, upd_h, add_h, newr, same, den
     nu = upd_h.shape[0]
     na = add_h.shape[0]
     ncell = cell_stamp.shape[0]
-    # bounds of the outputs
+    # bounds of the outputs, and the updates to visit below: with ``dense``, only those that change
+    # cells (the cells they are in are touched already); else every update that moved
     bound_t = 0
     bound_e = 0
     for i in range(nr):
         h = rem_h[i]
         bound_t += np.int64(crange[h, 3] + 1) * np.int64(crange[h, 4] + 1) * np.int64(crange[h, 5] + 1)
+    visit = np.empty(nu, np.int64)
+    nv = 0
     for i in range(nu + na):
         if i < nu:
-            if same[i] == 2:    # its row of newr was never written
+            sm = same[i]
+            if sm == 2:         # its row of newr was never written
                 continue
-            h = upd_h[i]
-            bound_t += np.int64(crange[h, 3] + 1) * np.int64(crange[h, 4] + 1) * np.int64(crange[h, 5] + 1)
-            if same[i] == 1:
+            if not dense:
+                h = upd_h[i]
+                bound_t += np.int64(crange[h, 3] + 1) * np.int64(crange[h, 4] + 1) * np.int64(crange[h, 5] + 1)
+            if sm == 1:
+                if not dense:
+                    visit[nv] = i
+                    nv += 1
                 continue
+            visit[nv] = i
+            nv += 1
         k = np.int64(newr[i, 3] + 1) * np.int64(newr[i, 4] + 1) * np.int64(newr[i, 5] + 1)
         bound_t += k
         bound_e += k
@@ -168,8 +178,14 @@ def grid_rasterize(C, crange, flag, cell_n, rem_h, upd_h, add_h, newr, same, den
                 cell_tidx[c] = nt
                 touched[nt] = c
                 nt += 1
-    for i in range(nr + nu + na):
+    for q in range(nr + nv + na):
         # phase 0: the cells the object is in now (removed or moved); phase 1: the cells it enters
+        if q < nr:
+            i = q
+        elif q < nr + nv:
+            i = nr + visit[q - nr]
+        else:
+            i = q - nv + nu
         if i < nr:
             h = rem_h[i]
             flag[h] = FLAG_REMOVED
