@@ -396,23 +396,29 @@ class World:
         upd = _as_ids(update_ids, "update_ids")
         add = _as_ids(add_ids, "add_ids")
         n_ops = rem.shape[0] + upd.shape[0] + add.shape[0]
-        self._threads(n_ops)
         nr, nu, na = rem.shape[0], upd.shape[0], add.shape[0]
         upd_boxes = self._as_boxes(update_boxes, nu, "update_boxes")
         add_boxes = self._as_boxes(add_boxes, na, "add_boxes")
         rem_h = np.empty(nr, np.int32)
         upd_h = np.empty(nu, np.int32)
         if nr:
+            self._threads(nr)
             with _PARALLEL_LOCK:
                 kval.idmap_lookup(self._idk, self._idv, rem, rem_h)
         # updates usually come in the order of the last frame's: their handles follow that list (the
         # same list again, a client that sends every object every frame, costs one comparison)
-        lookups = 0
+        lookups, known = 0, 1
         if nu and not kval.handles_as_listed(upd, self._last_ids, self._last_h, upd_h):
+            hit = np.zeros(self._last_ids.shape[0], np.uint8)
+            looked = np.empty(nu, np.int64)
             lookups = kval.idmap_resolve_seq(self._idk, self._idv, upd, self._last_ids, self._last_h,
-                                             self._obj_lastpos, upd_h)
+                                             self._obj_lastpos, upd_h, hit, looked)
+            # the updates taken along the list are distinct: only the removes and the ids off the list
+            # need the duplicate check (else the full check names the offending entry)
+            known = 2 if kval.ids_distinct_listed(rem_h, upd_h, looked, lookups, hit, self._last_h,
+                                                  self._obj_lastpos, self._obj_flag) else 0
         code, which, index = kval.frame_check_ids(self._idk, self._idv, rem, upd, add, rem_h, upd_h,
-                                                  self._obj_flag, lookups == 0)
+                                                  self._obj_flag, known)
         if code:
             field = ("remove_ids", "update_ids", "add_ids")[which]
             idv = (rem, upd, add)[which][index]
@@ -425,9 +431,11 @@ class World:
         same = np.empty(nu, np.uint8)
         with _PARALLEL_LOCK:
             if nu:
+                self._threads(nu)
                 self._raise_bad_box("update_boxes", *kval.boxes_check(
                     upd_boxes, self.dims, self._coord_limit32, self._obj_box, upd_h, same))
             if na:
+                self._threads(na)
                 self._raise_bad_box("add_boxes", *kval.boxes_check(
                     add_boxes, self.dims, self._coord_limit32, self._obj_box, _NO_HANDLES, _NO_SAME))
         add_cat = self._check_column(add_category, na, "add_category", np.uint32, 0xFFFFFFFF)

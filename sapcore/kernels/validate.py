@@ -109,15 +109,17 @@ def idmap_lookup(keys, vals, ids, out):
 
 
 @njit(**NJIT)
-def idmap_resolve_seq(keys, vals, ids, last_ids, last_h, last_pos, out):
+def idmap_resolve_seq(keys, vals, ids, last_ids, last_h, last_pos, out, hit, looked):
     """out[i] = handle of ids[i], or -1, guided by the previous frame's update list.
 
     Clients usually send their updates in the same order every frame, give or take the objects they
     removed or added: ``ids`` is walked alongside ``last_ids`` (whose handles are ``last_h``) and an id
-    equal to the next expected one takes its handle without a hash probe. Any other id is looked up in
-    the id map, and when it sits further along the previous list (``last_pos[h]``, the position of
-    handle h in it) the walk resumes after it. Returns the number of ids that needed a lookup: with 0,
-    the ids are an in-order subsequence of ``last_ids``, hence without duplicates.
+    equal to the next expected one (or one of the four after it: the ones between were left out) takes
+    its handle without a hash probe. Any other id is looked up in the id map, and when it sits further
+    along the previous list (``last_pos[h]``, the position of handle h in it) the walk resumes after
+    it. Returns the number of ids that needed a lookup: with 0, the ids are an in-order subsequence of
+    ``last_ids``, hence without duplicates. ``hit[p] = 1`` (uint8, zero on entry) marks the positions
+    of the last list taken without a lookup; ``looked[:lookups]`` are the rows that needed one.
     """
     mask = keys.shape[0] - 1
     n_last = last_ids.shape[0]
@@ -127,8 +129,19 @@ def idmap_resolve_seq(keys, vals, ids, last_ids, last_h, last_pos, out):
         key = ids[i]
         if j < n_last and last_ids[j] == key:
             out[i] = last_h[j]
+            hit[j] = 1
             j += 1
             continue
+        # the last list's next few ids were removed (or left out): skip them without a lookup
+        skip = j + 1
+        while skip < n_last and skip <= j + 4 and last_ids[skip] != key:
+            skip += 1
+        if skip < n_last and skip <= j + 4:
+            out[i] = last_h[skip]
+            hit[skip] = 1
+            j = skip + 1
+            continue
+        looked[lookups] = i
         lookups += 1
         s = np.int64(hash_u64(key) & np.uint64(mask))
         while vals[s] >= 0 and keys[s] != key:
@@ -143,6 +156,32 @@ def idmap_resolve_seq(keys, vals, ids, last_ids, last_h, last_pos, out):
 
 
 @njit(**NJIT)
+def ids_distinct_listed(rem_h, upd_h, looked, n_looked, hit, last_h, last_pos, mark):
+    """After ``idmap_resolve_seq``: are the removes and the looked-up updates all known, distinct, and
+    none of them one of the updates taken along the last list (``hit``)? Those are distinct already, so
+    this answers for the whole frame while touching only the few entries off the list. False: the
+    caller runs ``frame_check_ids`` to name the first offending entry. ``mark`` as there."""
+    n_last = last_h.shape[0]
+    nr = rem_h.shape[0]
+    ok = True
+    done = 0
+    for i in range(nr + n_looked):
+        h = rem_h[i] if i < nr else upd_h[looked[i - nr]]
+        if h < 0 or mark[h] != 0:
+            ok = False
+            break
+        p = last_pos[h]
+        if 0 <= p < n_last and last_h[p] == h and hit[p] != 0:
+            ok = False
+            break
+        mark[h] = 1
+        done = i + 1
+    for i in range(done):
+        mark[rem_h[i] if i < nr else upd_h[looked[i - nr]]] = 0
+    return ok
+
+
+@njit(**NJIT)
 def set_positions(handles, pos):
     """pos[handles[i]] = i."""
     for i in range(handles.shape[0]):
@@ -150,12 +189,13 @@ def set_positions(handles, pos):
 
 
 @njit(**NJIT)
-def frame_check_ids(keys, vals, rem_ids, upd_ids, add_ids, rem_h, upd_h, mark, upd_unique):
+def frame_check_ids(keys, vals, rem_ids, upd_ids, add_ids, rem_h, upd_h, mark, known):
     """Check every id rule of a frame, given the handles of its removes and updates (-1: unknown).
 
-    ``mark`` is a per-handle uint8 scratch array, all zero on entry and on return. With ``upd_unique``
-    the update handles are known to be valid and distinct (``idmap_resolve_seq`` found them all in
-    order): only the removes are marked, and the updates are checked against them.
+    ``mark`` is a per-handle uint8 scratch array, all zero on entry and on return. ``known`` 1: the
+    update handles are known to be valid and distinct (``idmap_resolve_seq`` found them all in order):
+    only the removes are marked, and the updates are checked against them; 2: removes and updates are
+    known to be fine (``ids_distinct_listed``): only the adds are checked; 0: everything.
     Returns (code, which, index): code 0 ok, 1 unknown id, 2 duplicate id, 3 live id re-added;
     which 0 = remove_ids, 1 = update_ids, 2 = add_ids; index = row at fault.
     """
@@ -163,14 +203,14 @@ def frame_check_ids(keys, vals, rem_ids, upd_ids, add_ids, rem_h, upd_h, mark, u
     nr = rem_ids.shape[0]
     nu = upd_ids.shape[0]
     done = 0
-    for i in range(nr + nu):
+    for i in range(nr + nu if known != 2 else 0):
         h = rem_h[i] if i < nr else upd_h[i - nr]
         if h < 0 or mark[h] != 0:
             code = 1 if h < 0 else 2
             which = 0 if i < nr else 1
             index = i if i < nr else i - nr
             break
-        if i < nr or not upd_unique:
+        if i < nr or known == 0:
             mark[h] = 1
             done = i + 1
         elif nr == 0:
