@@ -591,16 +591,18 @@ class World:
 
     def _keys_to_id_pairs(self, keys):
         """Handle-pair keys -> sorted uint64 [K, 2] rows of (low id, high id)."""
-        if keys.shape[0] == 0:
+        k = keys.shape[0]
+        if k == 0:
             return _EMPTY_PAIRS.copy()
-        a = self._obj_id[(keys >> _S32).astype(np.int64)]
-        b = self._obj_id[(keys & _LO32).astype(np.int64)]
-        lo = np.minimum(a, b)
-        hi = np.maximum(a, b)
-        if hi.max() <= _LO32:
-            order = np.argsort((lo << _S32) | hi)
-        else:
-            order = np.lexsort((hi, lo))
+        lo = np.empty(k, np.uint64)
+        hi = np.empty(k, np.uint64)
+        if kmerge.keys_to_ids(keys, self._obj_id, lo, hi):
+            packed = np.sort((lo << _S32) | hi)
+            out = np.empty((k, 2), np.uint64)
+            np.right_shift(packed, _S32, out=out[:, 0])
+            np.bitwise_and(packed, _LO32, out=out[:, 1])
+            return out
+        order = np.lexsort((hi, lo))
         return np.stack([lo[order], hi[order]], axis=1)
 
     # ------------------------------------------------------------------ queries

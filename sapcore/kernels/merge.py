@@ -198,6 +198,22 @@ def world_merge(events, off, g_slots, g_keys, g_cnt, cap, g_n, created, deleted,
 
 
 @njit(**NJIT)
+def keys_to_ids(keys, obj_id, lo, hi):
+    """Handle-pair keys -> id pairs (lo <= hi) in ``lo``/``hi``; returns whether every id fits in 32
+    bits (then ``lo << 32 | hi`` sorts the pairs)."""
+    small = True
+    for i in range(keys.shape[0]):
+        a = obj_id[np.int64(keys[i] >> np.uint64(32))]
+        b = obj_id[np.int64(keys[i] & np.uint64(0xFFFFFFFF))]
+        if a > b:
+            a, b = b, a
+        lo[i] = a
+        hi[i] = b
+        small = small and b <= np.uint64(0xFFFFFFFF)
+    return small
+
+
+@njit(**NJIT)
 def gather_runs(src, off, counts):
     """Concatenate the runs ``src[off[s]:off[s] + counts[s]]``."""
     total = 0
