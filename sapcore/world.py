@@ -459,6 +459,12 @@ class World:
         stats = FrameStats(validate_s=t1 - t0)
         self.frames += 1
         frame = self.frames
+        # the frame is valid: the order of its updates guides the next frame's (removed handles leave it)
+        if nu:
+            if lookups or nu != self._last_ids.shape[0]:
+                self._remember_updates(upd, upd_h)
+        elif nr:
+            self._last_ids, self._last_h = _NO_IDS, _NO_HANDLES
 
         # phase 1: handles of the new objects (handles freed by this frame are released in phase 8)
         add_h = self._reserve_objects(na)
@@ -478,7 +484,7 @@ class World:
         self._threads(moving + na)
         with _PARALLEL_LOCK:
             kgrid.grid_ranges(self.dims, self._bmin, self._inv, self._C, self._obj_box, self._obj_crange,
-                              self._obj_flag, upd_h, upd_boxes, add_h, add_boxes, newr, same, True)
+                              self._obj_flag, upd_h, upd_boxes, add_h, add_boxes, newr, same)
         # when most objects move, every occupied cell is touched: cheaper than touching cell by cell
         dense = 2 * (moving + rem.shape[0]) >= live
         touched, ent_off, ent_h = kgrid.grid_rasterize(
@@ -563,12 +569,6 @@ class World:
             self._obj_flag[rem_h] = 0
             self._obj_flag[upd_h] = 0
             self._obj_flag[add_h] = 0
-        # the order of this frame's updates guides the next frame's (removed handles leave it)
-        if nu:
-            if lookups or nu != self._last_ids.shape[0]:
-                self._remember_updates(upd, upd_h)
-        elif nr:
-            self._last_ids, self._last_h = _NO_IDS, _NO_HANDLES
         t5 = time.perf_counter()
         stats.merge_s = t5 - t4
         stats.total_s = t5 - t0

@@ -8,7 +8,7 @@ cell its box touches; its handle remembers them).
 """
 import numpy as np
 
-from .._numba import NJIT, NJIT_PARALLEL, njit, prange
+from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
 
 FLAG_NONE = 0
 FLAG_MOVED = 1
@@ -19,67 +19,65 @@ FLAG_MOVED_CELLS = 4     # moved, and its cell range changed (it may leave cells
 _CLAMP = 4.0e18
 
 
-@njit(**NJIT_PARALLEL)
-def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, newr, same,
-                same_known):
-    """First rasterize pass, in parallel over the frame's updates and adds.
+@njit(**NJIT_INLINE)
+def _update_range(i, h, dims, bmin, inv, C, boxes, crange, flag, upd_boxes, newr, same):
+    eq = True
+    for a in range(3):
+        lo = 0
+        span = 0
+        if a < dims:
+            qlo = min(max((np.float64(upd_boxes[i, a]) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)
+            qhi = min(max((np.float64(upd_boxes[i, dims + a]) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)
+            lo = np.int64(np.floor(qlo))
+            span = min(np.int64(np.floor(qhi)) - lo, C[a] - 1)
+            if lo < 0 or lo >= C[a]:    # outside the bounds: wrap (a division, so only here)
+                lo = lo % C[a]
+        newr[i, a] = lo
+        newr[i, 3 + a] = span
+        eq = eq & (crange[h, a] == lo) & (crange[h, 3 + a] == span)
+    same[i] = 1 if eq else 0
+    flag[h] = FLAG_MOVED if eq else FLAG_MOVED_CELLS
+    for a in range(2 * dims):
+        boxes[h, a] = upd_boxes[i, a]
 
-    New cell ranges go to ``newr`` (rows [0, nu) updates, [nu, nu + na) adds); ``same[i]`` is 2 when
-    update i keeps its box (it is then left alone; with ``same_known`` the caller has already marked
-    those), 1 when it keeps its cells, else 0. Writes the new
-    boxes and the per-frame flags, and the cell ranges of added objects (a moved object's range changes
-    in the serial pass, which still needs the old one).
+
+@njit(**NJIT_PARALLEL)
+def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, newr, same):
+    """First rasterize pass, in parallel over the frame's updates, then its adds.
+
+    New cell ranges go to ``newr`` (rows [0, nu) updates, [nu, nu + na) adds). ``same[i]`` is 2 on entry
+    when update i keeps its box (set by the box check; it is left alone), else it becomes 1 when the
+    update keeps its cells, 0 when not. Writes the new boxes and the per-frame flags, and the cell
+    ranges of added objects (a moved object's range changes in the serial pass, which still needs the
+    old one).
     """
     nu = upd_h.shape[0]
     na = add_boxes.shape[0]
-    for i in prange(nu + na):
-        if i < nu:
-            h = upd_h[i]
-            if same_known:
-                still = same[i] == 2
-            else:
-                still = True
-                for a in range(2 * dims):
-                    if upd_boxes[i, a] != boxes[h, a]:
-                        still = False
-            if still:           # the update keeps its box: nothing else to do for it
-                same[i] = 2
-                continue
-        for a in range(3):
-            if a < dims:
-                if i < nu:
-                    vlo = upd_boxes[i, a]
-                    vhi = upd_boxes[i, dims + a]
-                else:
-                    vlo = add_boxes[i - nu, a]
-                    vhi = add_boxes[i - nu, dims + a]
-                qlo = min(max((np.float64(vlo) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)
-                qhi = min(max((np.float64(vhi) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)
-                lo = np.int64(np.floor(qlo))
-                span = min(np.int64(np.floor(qhi)) - lo, C[a] - 1)
-                if lo < 0 or lo >= C[a]:    # outside the bounds: wrap (a division, so only here)
-                    lo = lo % C[a]
+    for i in prange(nu):
+        if same[i] == 2:        # the update keeps its box: nothing to do for it
+            continue
+        _update_range(i, upd_h[i], dims, bmin, inv, C, boxes, crange, flag, upd_boxes, newr, same)
+    if na > 0:
+        for k in prange(na):
+            i = nu + k
+            h = add_h[k]
+            for a in range(3):
+                lo = 0
+                span = 0
+                if a < dims:
+                    qlo = min(max((np.float64(add_boxes[k, a]) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)
+                    qhi = min(max((np.float64(add_boxes[k, dims + a]) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)
+                    lo = np.int64(np.floor(qlo))
+                    span = min(np.int64(np.floor(qhi)) - lo, C[a] - 1)
+                    if lo < 0 or lo >= C[a]:
+                        lo = lo % C[a]
                 newr[i, a] = lo
                 newr[i, 3 + a] = span
-            else:
-                newr[i, a] = 0
-                newr[i, 3 + a] = 0
-        if i < nu:
-            eq = True
-            for a in range(6):
-                if newr[i, a] != crange[h, a]:
-                    eq = False
-            same[i] = 1 if eq else 0
-            flag[h] = FLAG_MOVED if eq else FLAG_MOVED_CELLS
-            for a in range(2 * dims):
-                boxes[h, a] = upd_boxes[i, a]
-        else:
-            h = add_h[i - nu]
+                crange[h, a] = lo
+                crange[h, 3 + a] = span
             flag[h] = FLAG_ADDED
-            for a in range(6):
-                crange[h, a] = newr[i, a]
             for a in range(2 * dims):
-                boxes[h, a] = add_boxes[i - nu, a]
+                boxes[h, a] = add_boxes[k, a]
 
 
 @njit(**NJIT)
