@@ -9,10 +9,8 @@ import os
 # Worker threads sleep between parallel regions instead of spinning: sapgrid runs next to a game server
 # and other worlds, and a spinning OpenMP worker that holds a core the game needs turns a 2 ms frame
 # into 30 ms (measured on the 2-core reference machine under load). Must be set before numba loads
-# its OpenMP layer; an explicit setting by the user (OMP_WAIT_POLICY, or GOMP_SPINCOUNT for a bounded
-# spin) wins.
-if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+# its OpenMP layer; an explicit setting by the user wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numba  # noqa: E402
 
