@@ -467,9 +467,11 @@ class World:
             self._last_ids, self._last_h = _NO_IDS, _NO_HANDLES
 
         # phase 1: handles of the new objects (handles freed by this frame are released in phase 8)
+        fresh = self._next_handle
         add_h = self._reserve_objects(na)
         if na > 1:      # neighbours in space get neighbouring handles (see kgrid.spatial_order)
-            kgrid.spatial_order(self.dims, self._bmin, self._inv, self._C, add_boxes, add_h)
+            kgrid.spatial_order(self.dims, self._bmin, self._inv, self._C, add_boxes, add_h, self._obj_crange,
+                                fresh)
         if na:
             self._grow_idmap(live + na)
             kid.idmap_insert_many(self._idk, self._idv, add, add_h)

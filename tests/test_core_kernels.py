@@ -145,10 +145,28 @@ def test_spatial_order_gives_handles_in_grid_order(cells):
     boxes = np.concatenate([lo, lo + 1], 1).astype(np.float32)
     handles = rng.permutation(np.arange(1000, 1000 + 3 * n, 3)).astype(np.int32)
     given_h = handles.copy()
-    kgrid.spatial_order(dims, bmin, inv, C, boxes, handles)
+    crange = np.zeros((4000, 6), np.int16)
+    kgrid.spatial_order(dims, bmin, inv, C, boxes, handles, crange, 0)        # all fresh
     assert sorted(handles.tolist()) == sorted(given_h.tolist())
     q = np.zeros((n, 3), np.int64)
     q[:, :dims] = np.floor(np.clip(lo.astype(np.float64) * inv[:dims], -4e18, 4e18)).astype(np.int64) % C[:dims]
     key = (q[:, 0] * C[1] + q[:, 1]) * C[2] + q[:, 2]
     order = np.argsort(key, kind="stable")
     assert (np.diff(handles[order]) > 0).all()
+
+
+def test_spatial_order_hands_reused_handles_out_by_their_last_cell():
+    """Reused handles go to the new objects in the grid order of the cells their last objects were in,
+    fresh ones after them in ascending order: a new object inherits a handle from about its place."""
+    from sapcore.kernels import grid as kgrid
+    C = np.array([4, 1, 1], np.int64)
+    bmin, inv = np.zeros(3), np.array([1.0, 1.0, 1.0])
+    crange = np.zeros((20, 6), np.int16)
+    crange[[3, 9, 5], 0] = [2, 0, 3]                 # handles 3, 9, 5 were last in cells 2, 0, 3
+    boxes = np.array([[3.5, 0, 3.6, 0.1], [0.2, 0, 0.3, 0.1], [2.2, 0, 2.3, 0.1], [1.5, 0, 1.6, 0.1]],
+                     np.float32)                    # new objects in cells 3, 0, 2, 1
+    handles = np.array([3, 9, 5, 17], np.int32)     # 17 is fresh (>= 10)
+    kgrid.spatial_order(2, bmin, inv, C, boxes, handles, crange, 10)
+    # the new objects in cell order: row 1 (cell 0), row 3 (cell 1), row 2 (cell 2), row 0 (cell 3);
+    # the handles in the order of their last cells: 9 (cell 0), 3 (cell 2), 5 (cell 3), then fresh 17
+    assert handles.tolist() == [17, 9, 5, 3]

@@ -81,12 +81,16 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
 
 
 @njit(**NJIT)
-def spatial_order(dims, bmin, inv, C, boxes, handles):
+def spatial_order(dims, bmin, inv, C, boxes, handles, crange, fresh):
     """Reorder ``handles`` (int32 [K], one per row of ``boxes``) in place so that they ascend in the
     grid order of the rows' min corners: row i gets the i-th smallest handle of its cell-major rank.
 
     Objects that share cells then have nearby handles, so a cell's members read nearby rows of the
     per-object arrays (boxes, flags, cell ranges) instead of rows scattered over the whole world.
+    Handles below ``fresh`` are reused (freed by removed objects, scattered over the handle range): they
+    are handed out in the grid order of the cells their last objects were in (``crange``), so a new
+    object gets the handle of a removed object from about the same place, whose handle neighbours are
+    still its neighbours in space; fresh handles follow in ascending order.
     Stable (frame order within a cell): a counting sort over the cells when they are fewer than 8 per
     row, else a merge sort of the keys.
     """
@@ -102,7 +106,18 @@ def spatial_order(dims, bmin, inv, C, boxes, handles):
                 q = np.int64(np.floor(v)) % C[a]
             c = c * C[a] + q
         key[i] = c
-    pool = np.sort(handles)
+    # the handles in the order they are handed out: reused ones by their last object's cell, then fresh
+    pk = np.empty(k, np.int64)
+    for i in range(k):
+        h = handles[i]
+        if h < fresh:
+            pk[i] = ((np.int64(crange[h, 0]) * C[1] + crange[h, 1]) * C[2] + crange[h, 2]) * (np.int64(1) << 32) + h
+        else:
+            pk[i] = ncell * (np.int64(1) << 32) + h
+    pk.sort()
+    pool = np.empty(k, handles.dtype)
+    for i in range(k):
+        pool[i] = pk[i] & ((np.int64(1) << 32) - 1)
     if ncell > 8 * k:
         order = np.argsort(key, kind="mergesort")
         for r in range(k):
