@@ -20,18 +20,29 @@ _CLAMP = 4.0e18
 
 
 @njit(**NJIT_INLINE)
+def _cell_index(v, a, bmin, inv):
+    """Unwrapped cell index of coordinate v on axis a (clamped far outside, so it fits in int64)."""
+    return np.int64(np.floor(min(max((np.float64(v) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)))
+
+
+@njit(**NJIT_INLINE)
+def _cell_span(vlo, vhi, a, bmin, inv, C):
+    """(first cell, wrapped into [0, C[a]); number of further cells, at most C[a] - 1) of [vlo, vhi]."""
+    lo = _cell_index(vlo, a, bmin, inv)
+    span = min(_cell_index(vhi, a, bmin, inv) - lo, C[a] - 1)
+    if lo < 0 or lo >= C[a]:    # outside the bounds: wrap (a division, so only here)
+        lo = lo % C[a]
+    return lo, span
+
+
+@njit(**NJIT_INLINE)
 def _update_range(i, h, dims, bmin, inv, C, boxes, crange, flag, upd_boxes, newr, same):
     eq = True
     for a in range(3):
         lo = 0
         span = 0
         if a < dims:
-            qlo = min(max((np.float64(upd_boxes[i, a]) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)
-            qhi = min(max((np.float64(upd_boxes[i, dims + a]) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)
-            lo = np.int64(np.floor(qlo))
-            span = min(np.int64(np.floor(qhi)) - lo, C[a] - 1)
-            if lo < 0 or lo >= C[a]:    # outside the bounds: wrap (a division, so only here)
-                lo = lo % C[a]
+            lo, span = _cell_span(upd_boxes[i, a], upd_boxes[i, dims + a], a, bmin, inv, C)
         newr[i, a] = lo
         newr[i, 3 + a] = span
         eq = eq & (crange[h, a] == lo) & (crange[h, 3 + a] == span)
@@ -65,12 +76,7 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
                 lo = 0
                 span = 0
                 if a < dims:
-                    qlo = min(max((np.float64(add_boxes[k, a]) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)
-                    qhi = min(max((np.float64(add_boxes[k, dims + a]) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)
-                    lo = np.int64(np.floor(qlo))
-                    span = min(np.int64(np.floor(qhi)) - lo, C[a] - 1)
-                    if lo < 0 or lo >= C[a]:
-                        lo = lo % C[a]
+                    lo, span = _cell_span(add_boxes[k, a], add_boxes[k, dims + a], a, bmin, inv, C)
                 newr[i, a] = lo
                 newr[i, 3 + a] = span
                 crange[h, a] = lo
@@ -102,8 +108,7 @@ def spatial_order(dims, bmin, inv, C, boxes, handles, crange, fresh):
         for a in range(3):
             q = np.int64(0)
             if a < dims:
-                v = min(max((np.float64(boxes[i, a]) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)
-                q = np.int64(np.floor(v)) % C[a]
+                q = _cell_index(boxes[i, a], a, bmin, inv) % C[a]
             c = c * C[a] + q
         key[i] = c
     # the handles in the order they are handed out: reused ones by their last object's cell, then fresh

@@ -76,7 +76,8 @@ def pair_allowed(cat, msk, static, a, b):
 
 @njit(**NJIT_INLINE)
 def _overlap_others(bx_pos, base, s, t, dims, skip):
-    """Do local boxes s and t overlap on every axis but ``skip``, by endpoint positions?"""
+    """Do local boxes s and t overlap on every axis but ``skip`` (-1: every axis), by endpoint
+    positions? (Inlined: no call, no reference counting of the arrays.)"""
     for b in range(dims):
         if b == skip:
             continue
@@ -303,19 +304,11 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
             for s in range(n_old, n if kn <= _DIRECT_MAX else n_old):
                 hs = bx_h[base + s]
                 for tt in range(s):
-                    ok = True
-                    for b in range(dims):
-                        if not (bx_pos[base + s, 2 * b] < bx_pos[base + tt, 2 * b + 1]
-                                and bx_pos[base + tt, 2 * b] < bx_pos[base + s, 2 * b + 1]):
-                            ok = False
-                            break
-                    if ok:
-                        ht = bx_h[base + tt]
-                        if ((cat[hs] & msk[ht]) != 0 and (cat[ht] & msk[hs]) != 0
-                                and not (static[hs] != 0 and static[ht] != 0)):
-                            if cnt < cap:
-                                ev_key[eo + cnt] = pair_key(hs, ht)
-                            cnt += 1
+                    if _overlap_others(bx_pos, base, s, tt, dims, -1) and pair_allowed(
+                            cat, msk, static, hs, bx_h[base + tt]):
+                        if cnt < cap:
+                            ev_key[eo + cnt] = pair_key(hs, bx_h[base + tt])
+                        cnt += 1
             # more: one sweep, two active lists: scratch rows 0 (old boxes), 1 (new boxes), 2 (index in list)
             no = 0
             nn = 0
