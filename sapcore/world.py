@@ -459,13 +459,6 @@ class World:
         stats = FrameStats(validate_s=t1 - t0)
         self.frames += 1
         frame = self.frames
-        # the frame is valid: the order of its updates guides the next frame's (removed handles leave it)
-        if nu:
-            if lookups or nu != self._last_ids.shape[0]:
-                self._remember_updates(upd, upd_h)
-        elif nr:
-            self._last_ids, self._last_h = _NO_IDS, _NO_HANDLES
-
         # phase 1: handles of the new objects (handles freed by this frame are released in phase 8)
         fresh = self._next_handle
         add_h = self._reserve_objects(na)
@@ -480,6 +473,16 @@ class World:
             self._obj_mask[add_h] = add_msk
             self._obj_static[add_h] = add_static
             self._obj_alive[add_h] = 1
+        # the frame is valid and its handles are known: its updates in their order, then its new objects
+        # (clients usually append them to their arrays), guide the next frame's handle lookups. Without
+        # updates, the last list stays unless this frame removed objects (they may be on it).
+        if nu:
+            if lookups or nu != self._last_ids.shape[0] or na:
+                self._remember_updates(upd, upd_h, add, add_h)
+        elif nr:
+            self._remember_updates(_NO_IDS, _NO_HANDLES, add, add_h)
+        elif na:
+            self._remember_updates(self._last_ids, self._last_h, add, add_h)
 
         # phase 2: rasterize: cell ranges, boxes and flags (parallel), touched cells and entries (serial)
         newr = np.empty((upd_h.shape[0] + na, 6), np.int32)
@@ -586,10 +589,15 @@ class World:
         """Threads for the next parallel kernels: all of this world's, or 1 for little work."""
         numba.set_num_threads(self._max_threads if work >= threshold else 1)
 
-    def _remember_updates(self, upd, upd_h):
-        """This frame's update order guides the next frame's handle lookups (idmap_resolve_seq)."""
-        self._last_ids, self._last_h = upd.copy(), upd_h
-        kval.set_positions(upd_h, self._obj_lastpos)
+    def _remember_updates(self, upd, upd_h, add=_NO_IDS, add_h=_NO_HANDLES):
+        """The list that guides the next frame's handle lookups (idmap_resolve_seq): ids and handles of
+        this frame's updates, then of its new objects. Every id on it is live after this frame."""
+        if add.shape[0]:
+            self._last_ids = np.concatenate([upd, add])
+            self._last_h = np.concatenate([upd_h, add_h])
+        else:
+            self._last_ids, self._last_h = upd.copy(), upd_h
+        kval.set_positions(self._last_h, self._obj_lastpos)
 
     def _keys_to_id_pairs(self, keys):
         """Handle-pair keys -> sorted uint64 [K, 2] rows of (low id, high id)."""

@@ -242,3 +242,23 @@ def test_arena_compaction_keeps_every_cell(monkeypatch):
         boxes = np.concatenate([c - h, c + h], 1).astype(np.float32)
         t.step(update_ids=ids, update_boxes=boxes)
     assert calls["sap"] > 0 and calls["pm"] > 0, f"the scene did not compact both arenas: {calls}"
+
+
+def test_the_guiding_list_is_the_updates_then_the_new_objects(twin):
+    """The list that guides the next frame's handles: this frame's updates then its new objects; a
+    frame of adds only appends to it; a frame that removes without updating empties it (the removed
+    may be on it). Every frame is checked against the oracle as well."""
+    t, rng, ids, boxes = twin
+    last = lambda: t.world._last_ids.tolist()                          # noqa: E731
+    new = np.arange(10**6, 10**6 + 5, dtype=np.uint64)
+    t.step(update_ids=ids, update_boxes=_move(rng, boxes), add_ids=new, add_boxes=_boxes(rng, 5))
+    assert last() == ids.tolist() + new.tolist()
+    more = new + 100
+    t.step(add_ids=more, add_boxes=_boxes(rng, 5))
+    assert last() == ids.tolist() + new.tolist() + more.tolist()
+    every = np.concatenate([ids, new, more])
+    t.step(update_ids=every, update_boxes=_boxes(rng, len(every)))     # follows the list all the way
+    assert last() == every.tolist()
+    t.step(remove_ids=new[:2])
+    assert last() == []
+    t.check_state()
