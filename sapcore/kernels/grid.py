@@ -20,6 +20,13 @@ _CLAMP = 4.0e18
 
 
 @njit(**NJIT_INLINE)
+def in_crange(crange, h, x, y, z, C):
+    """Is cell (x, y, z) one of the cells of object h's range ``crange[h]`` (wrapped)?"""
+    return ((x - crange[h, 0]) % C[0] <= crange[h, 3] and (y - crange[h, 1]) % C[1] <= crange[h, 4]
+            and (z - crange[h, 2]) % C[2] <= crange[h, 5])
+
+
+@njit(**NJIT_INLINE)
 def _cell_index(v, a, bmin, inv):
     """Unwrapped cell index of coordinate v on axis a (clamped far outside, so it fits in int64)."""
     return np.int64(np.floor(min(max((np.float64(v) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)))
@@ -150,8 +157,8 @@ def grid_rasterize(C, crange, flag, cell_n, rem_h, upd_h, add_h, newr, same, den
     objects move) every occupied cell is touched up front instead of cell by cell. Updates the cell
     ranges of moved objects that changed cells.
 
-    NOTE: written out without helper calls: a call with array arguments costs atomic reference-count
-    updates per array, more than the per-object work here.
+    NOTE: only inlined helpers (``NJIT_INLINE``): a real call with array arguments costs atomic
+    reference-count updates per array, more than the per-object work here.
     """
     nr = rem_h.shape[0]
     nu = upd_h.shape[0]
@@ -244,10 +251,7 @@ def grid_rasterize(C, crange, flag, cell_n, rem_h, upd_h, add_h, newr, same, den
                             cell_tidx[c] = nt
                             touched[nt] = c
                             nt += 1
-                        if phase == 1 and (i >= nr + nu or not (
-                                (x - crange[h, 0]) % C[0] <= crange[h, 3]
-                                and (y - crange[h, 1]) % C[1] <= crange[h, 4]
-                                and (z - crange[h, 2]) % C[2] <= crange[h, 5])):
+                        if phase == 1 and (i >= nr + nu or not in_crange(crange, h, x, y, z, C)):
                             ent_c[ne] = c
                             ent_hh[ne] = h
                             ne += 1

@@ -36,7 +36,7 @@ import numba
 import numpy as np
 
 from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
-from .grid import FLAG_MOVED, FLAG_MOVED_CELLS, FLAG_REMOVED
+from .grid import FLAG_MOVED, FLAG_MOVED_CELLS, FLAG_REMOVED, in_crange
 from .hashing import EVENT_REMOVED, pair_key
 
 
@@ -75,6 +75,13 @@ def pair_allowed(cat, msk, static, a, b):
 
 
 @njit(**NJIT_INLINE)
+def leaves_cell(flag, crange, h, cx, cy, cz, C):
+    """Does object h leave cell (cx, cy, cz) in this frame (removed, or moved to cells without it)?"""
+    f = flag[h]
+    return f == FLAG_REMOVED or (f == FLAG_MOVED_CELLS and not in_crange(crange, h, cx, cy, cz, C))
+
+
+@njit(**NJIT_INLINE)
 def _overlap_others(bx_pos, base, s, t, dims, skip):
     """Do local boxes s and t overlap on every axis but ``skip`` (-1: every axis), by endpoint
     positions? (Inlined: no call, no reference counting of the arrays.)"""
@@ -96,8 +103,8 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
     Outputs are indexed by touched cell, never by thread: ``ev_n[t]`` events (``ev_plus[t]`` of them
     "pair added") in ``ev_key[ev_off[t]:ev_off[t + 1]]``, ``swaps[t]`` endpoint swaps.
 
-    NOTE: the body is written out in full on purpose. A call to a helper that takes arrays costs two
-    atomic reference-count updates per array, which here would cost more than the work itself.
+    NOTE: the helpers it calls are inlined (``NJIT_INLINE``): a real call to a helper that takes arrays
+    would cost two atomic reference-count updates per array, more than the work itself.
     """
     for t in prange(touched.shape[0]):
         c = touched[t]
@@ -117,14 +124,12 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
         moved = 0
         for s in range(n):
             h = bx_h[base + s]
-            f = flag[h]
-            if f == FLAG_REMOVED or (f == FLAG_MOVED_CELLS and not (
-                    (cx - crange[h, 0]) % C[0] <= crange[h, 3] and (cy - crange[h, 1]) % C[1] <= crange[h, 4]
-                    and (cz - crange[h, 2]) % C[2] <= crange[h, 5])):
+            if leaves_cell(flag, crange, h, cx, cy, cz, C):
                 scratch[tid, 0, s] = -1
                 k += 1
             else:
                 scratch[tid, 0, s] = s - k
+                f = flag[h]
                 if f == FLAG_MOVED or f == FLAG_MOVED_CELLS:
                     scratch[tid, 1, moved] = s - k          # the moved box's slot after compaction
                     moved += 1
@@ -133,16 +138,8 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
             pb = cell_pm_base[c] // 2
             for p in range(cell_pm_n[c]):
                 key = pm_keys[pb + p]
-                gone = False
-                for hh in ((key >> np.uint64(32)), (key & np.uint64(0xFFFFFFFF))):
-                    h = np.int64(hh)
-                    f = flag[h]
-                    if f == FLAG_REMOVED or (f == FLAG_MOVED_CELLS and not (
-                            (cx - crange[h, 0]) % C[0] <= crange[h, 3]
-                            and (cy - crange[h, 1]) % C[1] <= crange[h, 4]
-                            and (cz - crange[h, 2]) % C[2] <= crange[h, 5])):
-                        gone = True
-                if gone:
+                if (leaves_cell(flag, crange, np.int64(key >> _S32), cx, cy, cz, C)
+                        or leaves_cell(flag, crange, np.int64(key & LOW32), cx, cy, cz, C)):
                     if cnt < cap:
                         ev_key[eo + cnt] = key | EVENT_REMOVED
                     cnt += 1
@@ -229,8 +226,7 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
                             if ok:
                                 ha = bx_h[base + es]
                                 hb = bx_h[base + ps]
-                                if ((cat[ha] & msk[hb]) != 0 and (cat[hb] & msk[ha]) != 0
-                                        and not (static[ha] != 0 and static[hb] != 0)):
+                                if pair_allowed(cat, msk, static, ha, hb):
                                     key = pair_key(ha, hb)
                                     # a min passing a max leftwards (or a max passing a min rightwards)
                                     # starts an overlap on this axis; the two other cases end one
@@ -327,19 +323,11 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
                             m = 0
                         for i in range(m):
                             tt = scratch[tid, 1 - side, i]
-                            ok = True
-                            for b in range(1, dims):
-                                if not (bx_pos[base + s, 2 * b] < bx_pos[base + tt, 2 * b + 1]
-                                        and bx_pos[base + tt, 2 * b] < bx_pos[base + s, 2 * b + 1]):
-                                    ok = False
-                                    break
-                            if ok:
-                                ht = bx_h[base + tt]
-                                if ((cat[hs] & msk[ht]) != 0 and (cat[ht] & msk[hs]) != 0
-                                        and not (static[hs] != 0 and static[ht] != 0)):
-                                    if cnt < cap:
-                                        ev_key[eo + cnt] = pair_key(hs, ht)
-                                    cnt += 1
+                            if _overlap_others(bx_pos, base, s, tt, dims, 0) and pair_allowed(
+                                    cat, msk, static, hs, bx_h[base + tt]):
+                                if cnt < cap:
+                                    ev_key[eo + cnt] = pair_key(hs, bx_h[base + tt])
+                                cnt += 1
                     if is_new:
                         scratch[tid, 2, s] = nn
                         scratch[tid, 1, nn] = s
