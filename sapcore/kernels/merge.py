@@ -80,6 +80,20 @@ def cells_net(touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_
         out_n[t] = o
 
 
+@njit(**NJIT_INLINE)
+def _log2(x):
+    k = 0
+    while (1 << k) < x:
+        k += 1
+    return k
+
+
+@njit(**NJIT_INLINE)
+def world_shard(key, shards):
+    """Shard of a pair key in the world's pair table."""
+    return np.int64(hash_u64(key) >> np.uint64(64 - _log2(shards)))
+
+
 @njit(**NJIT)
 def world_bucket(ev_key, ev_off, out_n, shards):
     """The cells' netted events (in touched-cell order) grouped by world shard, stably.
@@ -90,14 +104,13 @@ def world_bucket(ev_key, ev_off, out_n, shards):
     total = 0
     for t in range(out_n.shape[0]):
         total += out_n[t]
-    shift = np.uint64(64 - _log2(shards))
     shard = np.empty(total, np.int32)
     off = np.zeros(shards + 1, np.int64)
     r = 0
     for t in range(out_n.shape[0]):
         eo = ev_off[t]
         for i in range(out_n[t]):
-            s = np.int32(hash_u64(ev_key[eo + i] & KEY_MASK) >> shift)
+            s = world_shard(ev_key[eo + i] & KEY_MASK, shards)
             shard[r] = s
             off[s + 1] += 1
             r += 1
@@ -114,20 +127,6 @@ def world_bucket(ev_key, ev_off, out_n, shards):
             fill[s] += 1
             r += 1
     return out, off
-
-
-@njit(**NJIT_INLINE)
-def _log2(x):
-    k = 0
-    while (1 << k) < x:
-        k += 1
-    return k
-
-
-@njit(**NJIT)
-def world_shard(key, shards):
-    """Shard of a pair key in the world's pair table."""
-    return np.int64(hash_u64(key) >> np.uint64(64 - _log2(shards)))
 
 
 @njit(**NJIT_PARALLEL)
