@@ -43,20 +43,15 @@ def _cell_span(vlo, vhi, a, bmin, inv, C):
 
 
 @njit(**NJIT_INLINE)
-def _update_range(i, h, dims, bmin, inv, C, boxes, crange, flag, upd_boxes, newr, same):
-    eq = True
+def _row_range(src, k, dims, bmin, inv, C, newr, i):
+    """Cell range of box row ``src[k]`` into ``newr[i]`` (lo0, lo1, lo2, span0, span1, span2)."""
     for a in range(3):
         lo = 0
         span = 0
         if a < dims:
-            lo, span = _cell_span(upd_boxes[i, a], upd_boxes[i, dims + a], a, bmin, inv, C)
+            lo, span = _cell_span(src[k, a], src[k, dims + a], a, bmin, inv, C)
         newr[i, a] = lo
         newr[i, 3 + a] = span
-        eq = eq & (crange[h, a] == lo) & (crange[h, 3 + a] == span)
-    same[i] = 1 if eq else 0
-    flag[h] = FLAG_MOVED if eq else FLAG_MOVED_CELLS
-    for a in range(2 * dims):
-        boxes[h, a] = upd_boxes[i, a]
 
 
 @njit(**NJIT_PARALLEL)
@@ -74,20 +69,21 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
     for i in prange(nu):
         if same[i] == 2:        # the update keeps its box: nothing to do for it
             continue
-        _update_range(i, upd_h[i], dims, bmin, inv, C, boxes, crange, flag, upd_boxes, newr, same)
+        h = upd_h[i]
+        _row_range(upd_boxes, i, dims, bmin, inv, C, newr, i)
+        eq = True
+        for a in range(6):
+            eq = eq & (crange[h, a] == newr[i, a])
+        same[i] = 1 if eq else 0
+        flag[h] = FLAG_MOVED if eq else FLAG_MOVED_CELLS
+        for a in range(2 * dims):
+            boxes[h, a] = upd_boxes[i, a]
     if na > 0:
         for k in prange(na):
-            i = nu + k
             h = add_h[k]
-            for a in range(3):
-                lo = 0
-                span = 0
-                if a < dims:
-                    lo, span = _cell_span(add_boxes[k, a], add_boxes[k, dims + a], a, bmin, inv, C)
-                newr[i, a] = lo
-                newr[i, 3 + a] = span
-                crange[h, a] = lo
-                crange[h, 3 + a] = span
+            _row_range(add_boxes, k, dims, bmin, inv, C, newr, nu + k)
+            for a in range(6):
+                crange[h, a] = newr[nu + k, a]
             flag[h] = FLAG_ADDED
             for a in range(2 * dims):
                 boxes[h, a] = add_boxes[k, a]
