@@ -395,7 +395,6 @@ class World:
         rem = _as_ids(remove_ids, "remove_ids")
         upd = _as_ids(update_ids, "update_ids")
         add = _as_ids(add_ids, "add_ids")
-        n_ops = rem.shape[0] + upd.shape[0] + add.shape[0]
         nr, nu, na = rem.shape[0], upd.shape[0], add.shape[0]
         upd_boxes = self._as_boxes(update_boxes, nu, "update_boxes")
         add_boxes = self._as_boxes(add_boxes, na, "add_boxes")
@@ -447,8 +446,7 @@ class World:
             # nothing in the frame, or only updates that keep their boxes (and nothing invalid):
             # nothing can change
             self.frames += 1
-            if nu and (lookups or nu != self._last_ids.shape[0]):
-                self._remember_updates(upd, upd_h)
+            self._remember_order(upd, upd_h, lookups, nr, add, _NO_HANDLES)
             t1 = time.perf_counter()
             return Delta(_EMPTY_PAIRS.copy(), _EMPTY_PAIRS.copy(),
                          FrameStats(objects=live, pairs=self._gn, validate_s=t1 - t0, total_s=t1 - t0))
@@ -473,16 +471,7 @@ class World:
             self._obj_mask[add_h] = add_msk
             self._obj_static[add_h] = add_static
             self._obj_alive[add_h] = 1
-        # the frame is valid and its handles are known: its updates in their order, then its new objects
-        # (clients usually append them to their arrays), guide the next frame's handle lookups. Without
-        # updates, the last list stays unless this frame removed objects (they may be on it).
-        if nu:
-            if lookups or nu != self._last_ids.shape[0] or na:
-                self._remember_updates(upd, upd_h, add, add_h)
-        elif nr:
-            self._remember_updates(_NO_IDS, _NO_HANDLES, add, add_h)
-        elif na:
-            self._remember_updates(self._last_ids, self._last_h, add, add_h)
+        self._remember_order(upd, upd_h, lookups, nr, add, add_h)
 
         # phase 2: rasterize: cell ranges, boxes and flags (parallel), touched cells and entries (serial)
         newr = np.empty((upd_h.shape[0] + na, 6), np.int32)
@@ -589,14 +578,23 @@ class World:
         """Threads for the next parallel kernels: all of this world's, or 1 for little work."""
         numba.set_num_threads(self._max_threads if work >= threshold else 1)
 
-    def _remember_updates(self, upd, upd_h, add=_NO_IDS, add_h=_NO_HANDLES):
-        """The list that guides the next frame's handle lookups (idmap_resolve_seq): ids and handles of
-        this frame's updates, then of its new objects. Every id on it is live after this frame."""
-        if add.shape[0]:
-            self._last_ids = np.concatenate([upd, add])
-            self._last_h = np.concatenate([upd_h, add_h])
+    def _remember_order(self, upd, upd_h, lookups, nr, add, add_h):
+        """Once a frame is valid and its handles are known: its updates in their order, then its new
+        objects (clients usually append them to their arrays), guide the next frame's handle lookups
+        (idmap_resolve_seq). Without updates, the last list stays unless this frame removed objects
+        (they may be on it). Every id on the list is live after this frame."""
+        if upd.shape[0]:
+            if not (lookups or upd.shape[0] != self._last_ids.shape[0] or add.shape[0]):
+                return          # the same list as the last frame's
+            ids, handles = upd, upd_h
+        elif nr:
+            ids, handles = _NO_IDS, _NO_HANDLES
+        elif add.shape[0]:
+            ids, handles = self._last_ids, self._last_h
         else:
-            self._last_ids, self._last_h = upd.copy(), upd_h
+            return
+        self._last_ids = np.concatenate([ids, add])     # a copy: the caller's arrays are not kept
+        self._last_h = np.concatenate([handles, add_h])
         kval.set_positions(self._last_h, self._obj_lastpos)
 
     def _keys_to_id_pairs(self, keys):
