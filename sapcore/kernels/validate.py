@@ -33,19 +33,22 @@ def _box_code(boxes, i, dims, limit):
     return 0
 
 
+@njit(**NJIT_INLINE)
+def _same_box(boxes, i, stored, h, dims):
+    """Is row i of ``boxes`` equal to the stored box of handle h (no branches: mostly unpredictable)?"""
+    eq = True
+    for a in range(2 * dims):
+        eq &= boxes[i, a] == stored[h, a]
+    return eq
+
+
 @njit(**NJIT)
 def _first_bad(boxes, dims, limit, stored, handles):
     """(row, code, axis) of the lowest bad row (serial: only called when there is one)."""
     known = handles.shape[0] == boxes.shape[0]
     for i in range(boxes.shape[0]):
-        if known:
-            h = handles[i]
-            eq = True
-            for a in range(2 * dims):
-                if boxes[i, a] != stored[h, a]:
-                    eq = False
-            if eq:
-                continue
+        if known and _same_box(boxes, i, stored, handles[i], dims):
+            continue
         c = _box_code(boxes, i, dims, limit)
         if c != 0:
             return i, c // 4, c % 4
@@ -65,10 +68,7 @@ def boxes_check(boxes, dims, limit, stored, handles, same):
     bad = 0
     for i in prange(n):
         if known:
-            h = handles[i]
-            eq = (boxes[i, 0] == stored[h, 0]) & (boxes[i, dims] == stored[h, dims])
-            for a in range(1, dims):
-                eq &= (boxes[i, a] == stored[h, a]) & (boxes[i, dims + a] == stored[h, dims + a])
+            eq = _same_box(boxes, i, stored, handles[i], dims)
             same[i] = 2 if eq else 0
             if eq:
                 continue
@@ -99,13 +99,8 @@ def handles_as_listed(ids, last_ids, last_h, out):
 @njit(**NJIT_PARALLEL)
 def idmap_lookup(keys, vals, ids, out):
     """out[i] = handle of ids[i], or -1 (parallel; the id map is only read)."""
-    mask = keys.shape[0] - 1
     for i in prange(ids.shape[0]):
-        key = ids[i]
-        j = np.int64(hash_u64(key) & np.uint64(mask))
-        while vals[j] >= 0 and keys[j] != key:
-            j = (j + 1) & mask
-        out[i] = vals[j]
+        out[i] = idmap_find(keys, vals, ids[i])
 
 
 @njit(**NJIT)
@@ -121,7 +116,6 @@ def idmap_resolve_seq(keys, vals, ids, last_ids, last_h, last_pos, out, hit, loo
     ``last_ids``, hence without duplicates. ``hit[p] = 1`` (uint8, zero on entry) marks the positions
     of the last list taken without a lookup; ``looked[:lookups]`` are the rows that needed one.
     """
-    mask = keys.shape[0] - 1
     n_last = last_ids.shape[0]
     j = 0
     lookups = 0
@@ -143,10 +137,7 @@ def idmap_resolve_seq(keys, vals, ids, last_ids, last_h, last_pos, out, hit, loo
             continue
         looked[lookups] = i
         lookups += 1
-        s = np.int64(hash_u64(key) & np.uint64(mask))
-        while vals[s] >= 0 and keys[s] != key:
-            s = (s + 1) & mask
-        h = vals[s]
+        h = idmap_find(keys, vals, key)
         out[i] = h
         if h >= 0:
             p = last_pos[h]
