@@ -29,6 +29,13 @@ def check_world(world) -> None:
     assert not world._obj_flag[:hmax].any(), "frame flags left set"
     for h in alive:
         assert kid.idmap_find(world._idk, world._idv, world._obj_id[h]) == h, f"id map of handle {h}"
+    # the list that guides the next frame's handles: live objects, and their boxes by row when kept
+    last_h = world._last_h
+    assert last_h.shape == world._last_ids.shape, "guide list: ids and handles"
+    assert np.all(world._obj_alive[last_h] == 1), "guide list: an object no longer live"
+    assert np.array_equal(world._obj_id[last_h], world._last_ids), "guide list: ids of its handles"
+    if world._last_boxes is not None:
+        assert np.array_equal(world._last_boxes, world._obj_box[last_h]), "guide list: boxes by row"
     # expected members of every cell, from the objects' cell ranges
     expect = {}
     for h in alive:

@@ -50,6 +50,7 @@ _EMPTY_PAIRS = np.zeros((0, 2), np.uint64)
 _NO_HANDLES = np.zeros(0, np.int32)
 _NO_SAME = np.zeros(0, np.uint8)
 _NO_IDS = np.zeros(0, np.uint64)
+_NO_ROWS = np.zeros((0, 6), np.float32)
 #: Parallel kernels of different worlds never run at the same time: numba's default threading layer
 #: (workqueue) does not support concurrent launches, and each launch already uses every core.
 _PARALLEL_LOCK = threading.Lock()
@@ -159,7 +160,9 @@ class World:
         self._g_n = np.zeros(_WORLD_SHARDS, np.int64)
         self._gn = 0
         # Workspace: event buffer, reused between frames; ids and handles of the last frame's updates
+        # (see _remember_order) and, while frames keep listing the same objects, their boxes by row
         self._last_ids, self._last_h = _NO_IDS, _NO_HANDLES
+        self._last_boxes = None
         self._scratch_ev = np.empty(1024, np.uint64)
 
     # ------------------------------------------------------------------ storage
@@ -399,7 +402,6 @@ class World:
         upd_boxes = self._as_boxes(update_boxes, nu, "update_boxes")
         add_boxes = self._as_boxes(add_boxes, na, "add_boxes")
         rem_h = np.empty(nr, np.int32)
-        upd_h = np.empty(nu, np.int32)
         if nr:
             self._threads(nr)
             with _PARALLEL_LOCK:
@@ -407,7 +409,11 @@ class World:
         # updates usually come in the order of the last frame's: their handles follow that list (the
         # same list again, a client that sends every object every frame, costs one comparison)
         lookups, known = 0, 1
-        if nu and not kval.handles_as_listed(upd, self._last_ids, self._last_h, upd_h):
+        listed = nu > 0 and nu == self._last_ids.shape[0] and np.array_equal(upd, self._last_ids)
+        if listed:
+            upd_h = self._last_h        # shared, read only: a new list replaces it, never writes into it
+        elif nu:
+            upd_h = np.empty(nu, np.int32)
             hit = np.zeros(self._last_ids.shape[0], np.uint8)
             looked = np.empty(nu, np.int64)
             lookups = kval.idmap_resolve_seq(self._idk, self._idv, upd, self._last_ids, self._last_h,
@@ -416,6 +422,8 @@ class World:
             # need the duplicate check (else the full check names the offending entry)
             known = 2 if kval.ids_distinct_listed(rem_h, upd_h, looked, lookups, hit, self._last_h,
                                                   self._obj_lastpos, self._obj_flag) else 0
+        else:
+            upd_h = _NO_HANDLES
         code, which, index = kval.frame_check_ids(self._idk, self._idv, rem, upd, add, rem_h, upd_h,
                                                   self._obj_flag, known)
         if code:
@@ -426,27 +434,35 @@ class World:
                       3: f"id {idv} is already live (an id appears at most once in a frame)"}[code]
             raise FrameError(field, index, reason)
         # every update's handle is known: a box equal to the stored one is marked (same = 2) and needs
-        # no check
+        # no check. The same list as the last frame's: the stored boxes are also the last list's rows
+        row_boxes = self._last_boxes if listed else None
         same = np.empty(nu, np.uint8)
+        moving = -1
         with _PARALLEL_LOCK:
-            if nu:
+            if row_boxes is not None and np.array_equal(upd_boxes[:64], row_boxes[:64]) and np.array_equal(
+                    upd_boxes, row_boxes):
+                same.fill(2)        # every object sent again with its box: a still frame
+                moving = 0
+            elif nu:
                 self._threads(nu)
                 self._raise_bad_box("update_boxes", *kval.boxes_check(
-                    upd_boxes, self.dims, self._coord_limit32, self._obj_box, upd_h, same))
+                    upd_boxes, self.dims, self._coord_limit32, self._obj_box if row_boxes is None else row_boxes,
+                    upd_h, same, row_boxes is not None))
             if na:
                 self._threads(na)
                 self._raise_bad_box("add_boxes", *kval.boxes_check(
-                    add_boxes, self.dims, self._coord_limit32, self._obj_box, _NO_HANDLES, _NO_SAME))
+                    add_boxes, self.dims, self._coord_limit32, self._obj_box, _NO_HANDLES, _NO_SAME, False))
         add_cat = self._check_column(add_category, na, "add_category", np.uint32, 0xFFFFFFFF)
         add_msk = self._check_column(add_mask, na, "add_mask", np.uint32, 0xFFFFFFFF)
         add_static = self._check_column(add_static, na, "add_static", np.uint8, 0)
         live = self.object_count
-        moving = nu - int(np.count_nonzero(same == 2)) if nu else 0
+        if moving < 0:
+            moving = nu - int(np.count_nonzero(same == 2)) if nu else 0
         if moving == 0 and nr == 0 and na == 0:
             # nothing in the frame, or only updates that keep their boxes (and nothing invalid):
             # nothing can change
             self.frames += 1
-            self._remember_order(upd, upd_h, lookups, nr, add, _NO_HANDLES)
+            self._remember_order(upd, upd_h, upd_boxes, lookups, nr, add, _NO_HANDLES)
             t1 = time.perf_counter()
             return Delta(_EMPTY_PAIRS.copy(), _EMPTY_PAIRS.copy(),
                          FrameStats(objects=live, pairs=self._gn, validate_s=t1 - t0, total_s=t1 - t0))
@@ -471,14 +487,15 @@ class World:
             self._obj_mask[add_h] = add_msk
             self._obj_static[add_h] = add_static
             self._obj_alive[add_h] = 1
-        self._remember_order(upd, upd_h, lookups, nr, add, add_h)
+        self._remember_order(upd, upd_h, upd_boxes, lookups, nr, add, add_h)
 
         # phase 2: rasterize: cell ranges, boxes and flags (parallel), touched cells and entries (serial)
         newr = np.empty((upd_h.shape[0] + na, 6), np.int32)
         self._threads(moving + na)
         with _PARALLEL_LOCK:
             kgrid.grid_ranges(self.dims, self._bmin, self._inv, self._C, self._obj_box, self._obj_crange,
-                              self._obj_flag, upd_h, upd_boxes, add_h, add_boxes, newr, same)
+                              self._obj_flag, upd_h, upd_boxes, add_h, add_boxes, newr, same,
+                              _NO_ROWS if row_boxes is None else row_boxes)
         # when most objects move, every occupied cell is touched: cheaper than touching cell by cell
         dense = 2 * (moving + rem.shape[0]) >= live
         touched, ent_off, ent_h = kgrid.grid_rasterize(
@@ -578,14 +595,20 @@ class World:
         """Threads for the next parallel kernels: all of this world's, or 1 for little work."""
         numba.set_num_threads(self._max_threads if work >= threshold else 1)
 
-    def _remember_order(self, upd, upd_h, lookups, nr, add, add_h):
+    def _remember_order(self, upd, upd_h, upd_boxes, lookups, nr, add, add_h):
         """Once a frame is valid and its handles are known: its updates in their order, then its new
         objects (clients usually append them to their arrays), guide the next frame's handle lookups
         (idmap_resolve_seq). Without updates, the last list stays unless this frame removed objects
-        (they may be on it). Every id on the list is live after this frame."""
+        (they may be on it). Every id on the list is live after this frame.
+
+        While frames list the same objects, ``_last_boxes[j]`` is the box of the list's j-th object (the
+        box check then reads it row by row; grid_ranges keeps it current): set at the second frame of
+        the same list, dropped when the list changes."""
         if upd.shape[0]:
             if not (lookups or upd.shape[0] != self._last_ids.shape[0] or add.shape[0]):
-                return          # the same list as the last frame's
+                if self._last_boxes is None:        # the same list as the last frame's
+                    self._last_boxes = np.array(upd_boxes, np.float32)
+                return
             ids, handles = upd, upd_h
         elif nr:
             ids, handles = _NO_IDS, _NO_HANDLES
@@ -595,6 +618,7 @@ class World:
             return
         self._last_ids = np.concatenate([ids, add])     # a copy: the caller's arrays are not kept
         self._last_h = np.concatenate([handles, add_h])
+        self._last_boxes = None
         kval.set_positions(self._last_h, self._obj_lastpos)
 
     def _keys_to_id_pairs(self, keys):

@@ -262,3 +262,40 @@ def test_the_guiding_list_is_the_updates_then_the_new_objects(twin):
     t.step(remove_ids=new[:2])
     assert last() == []
     t.check_state()
+
+
+def test_a_repeated_list_keeps_its_boxes_by_row(twin):
+    """The same update list frame after frame: the box check reads the last frame's boxes row by row
+    (``_last_boxes``), a frame that repeats every box is a still frame. Rows changed past the first few,
+    -0.0 for +0.0, a bad box in the last row (rejected, nothing changes), adds (the list changes and
+    the rows are dropped) all give the oracle's answers."""
+    t, rng, ids, boxes = twin
+    boxes = boxes.copy()
+    boxes[5] = [0.0, 1.0, 0.5, 2.0]
+    t.step(update_ids=ids, update_boxes=boxes)
+    assert t.world._last_boxes is not None                  # the second frame of this list: rows kept
+    signed = boxes.copy()
+    signed[5, 0] = np.float32(-0.0)
+    d = t.step(update_ids=ids, update_boxes=signed)         # equal boxes (-0.0 == +0.0): a still frame
+    assert d.stats.cells_touched == 0 and len(d.created) == len(d.deleted) == 0
+    late = boxes.copy()
+    late[N - 40:] = _move(rng, boxes[N - 40:], step=5.0)    # only rows past the first 64 change
+    t.step(update_ids=ids, update_boxes=late)
+    bad = late.copy()
+    bad[N - 1, 3] = np.inf
+    with pytest.raises(FrameError) as e:
+        t.world.step(update_ids=ids, update_boxes=bad)
+    assert (e.value.field, e.value.index) == ("update_boxes", N - 1)
+    t.check_state()
+    t.step(update_ids=ids, update_boxes=late)               # the rejected frame left the rows as they were
+    for _ in range(3):
+        late = _move(rng, late, frac=0.5)
+        t.step(update_ids=ids, update_boxes=late)
+    new = np.arange(10**6, 10**6 + 3, dtype=np.uint64)
+    t.step(update_ids=ids, update_boxes=late, add_ids=new, add_boxes=_boxes(rng, 3))
+    assert t.world._last_boxes is None                      # a new list: rows again from its second frame
+    every = np.concatenate([ids, new])
+    eb = np.concatenate([late, t.world.boxes(new)])
+    t.step(update_ids=every, update_boxes=_move(rng, eb))
+    t.step(update_ids=every, update_boxes=_move(rng, eb))
+    assert t.world._last_boxes is not None and t.world._last_boxes.shape[0] == len(every)

@@ -55,17 +55,20 @@ def _row_range(src, k, dims, bmin, inv, C, newr, i):
 
 
 @njit(**NJIT_PARALLEL)
-def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, newr, same):
+def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, newr, same,
+                row_boxes):
     """First rasterize pass, in parallel over the frame's updates, then its adds.
 
     New cell ranges go to ``newr`` (rows [0, nu) updates, [nu, nu + na) adds). ``same[i]`` is 2 on entry
     when update i keeps its box (set by the box check; it is left alone), else it becomes 1 when the
     update keeps its cells, 0 when not. Writes the new boxes and the per-frame flags, and the cell
     ranges of added objects (a moved object's range changes in the serial pass, which still needs the
-    old one).
+    old one). ``row_boxes`` (float32 [nu, 2*dims], or no rows): the boxes by update row, kept for the
+    next frame's box check; a moved update's row gets its new box.
     """
     nu = upd_h.shape[0]
     na = add_boxes.shape[0]
+    by_row = row_boxes.shape[0] == nu
     for i in prange(nu):
         if same[i] == 2:        # the update keeps its box: nothing to do for it
             continue
@@ -78,6 +81,9 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
         flag[h] = FLAG_MOVED if eq else FLAG_MOVED_CELLS
         for a in range(2 * dims):
             boxes[h, a] = upd_boxes[i, a]
+        if by_row:
+            for a in range(2 * dims):
+                row_boxes[i, a] = upd_boxes[i, a]
     if na > 0:
         for k in prange(na):
             h = add_h[k]

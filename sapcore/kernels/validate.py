@@ -43,11 +43,11 @@ def _same_box(boxes, i, stored, h, dims):
 
 
 @njit(**NJIT)
-def _first_bad(boxes, dims, limit, stored, handles):
+def _first_bad(boxes, dims, limit, stored, handles, by_row):
     """(row, code, axis) of the lowest bad row (serial: only called when there is one)."""
     known = handles.shape[0] == boxes.shape[0]
     for i in range(boxes.shape[0]):
-        if known and _same_box(boxes, i, stored, handles[i], dims):
+        if known and _same_box(boxes, i, stored, np.int64(i) if by_row else np.int64(handles[i]), dims):
             continue
         c = _box_code(boxes, i, dims, limit)
         if c != 0:
@@ -56,44 +56,30 @@ def _first_bad(boxes, dims, limit, stored, handles):
 
 
 @njit(**NJIT_PARALLEL)
-def boxes_check(boxes, dims, limit, stored, handles, same):
+def boxes_check(boxes, dims, limit, stored, handles, same, by_row):
     """First bad row of float32 boxes [K, 2*dims]: returns (row, code, axis) or (-1, 0, 0).
 
     Rows are checked in parallel; the answer is the lowest bad row whatever the thread count. With
     ``handles`` (int32 [K], updates of known objects; empty otherwise), a row equal to the object's
-    ``stored`` box is valid already: ``same[i] = 2`` and it is not checked again (else ``same[i] = 0``).
+    stored box is valid already: ``same[i] = 2`` and it is not checked again (else ``same[i] = 0``).
+    The stored box of row i is ``stored[handles[i]]``, or ``stored[i]`` with ``by_row`` (the boxes of
+    the last frame's list, when this frame lists the same objects in the same order: a sequential read
+    instead of one scattered over the per-object array).
     """
     n = boxes.shape[0]
     known = handles.shape[0] == n and n > 0
     bad = 0
     for i in prange(n):
         if known:
-            eq = _same_box(boxes, i, stored, handles[i], dims)
+            eq = _same_box(boxes, i, stored, np.int64(i) if by_row else np.int64(handles[i]), dims)
             same[i] = 2 if eq else 0
             if eq:
                 continue
         if _box_code(boxes, i, dims, limit) != 0:
             bad += 1
     if bad:
-        return _first_bad(boxes, dims, limit, stored, handles if known else handles[:0])
+        return _first_bad(boxes, dims, limit, stored, handles if known else handles[:0], by_row)
     return -1, BOX_OK, 0
-
-
-@njit(**NJIT)
-def handles_as_listed(ids, last_ids, last_h, out):
-    """Updates that repeat the last frame's list exactly (a client that sends every object every
-    frame): ``out`` = the last list's handles, no hash probe. Returns False (``out`` unspecified) when
-    the lists differ; the caller then uses ``idmap_resolve_seq``."""
-    n = ids.shape[0]
-    if n != last_ids.shape[0]:
-        return False
-    miss = False
-    for i in range(n):
-        miss |= ids[i] != last_ids[i]
-    if miss:
-        return False
-    out[:] = last_h
-    return True
 
 
 @njit(**NJIT_PARALLEL)
