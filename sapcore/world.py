@@ -51,6 +51,7 @@ _NO_HANDLES = np.zeros(0, np.int32)
 _NO_SAME = np.zeros(0, np.uint8)
 _NO_IDS = np.zeros(0, np.uint64)
 _NO_ROWS = np.zeros((0, 6), np.float32)
+_EMPTY_COLUMN = {np.uint32: np.zeros(0, np.uint32), np.uint8: np.zeros(0, np.uint8)}
 #: Parallel kernels of different worlds never run at the same time: numba's default threading layer
 #: (workqueue) does not support concurrent launches, and each launch already uses every core.
 _PARALLEL_LOCK = threading.Lock()
@@ -374,7 +375,7 @@ class World:
     @staticmethod
     def _check_column(x, n, field, dtype, default):
         if x is None:
-            return np.full(n, default, dtype)
+            return np.full(n, default, dtype) if n else _EMPTY_COLUMN[dtype]
         a = np.asarray(x)
         if a.ndim != 1 or a.shape[0] != n:
             raise FrameError(field, -1, f"must be a 1-D array of {n} values, got shape {a.shape}")
@@ -506,12 +507,11 @@ class World:
 
         # phase 3: room for the touched cells and their events
         nt = touched.shape[0]
-        n_ent = np.diff(ent_off)
-        cell_n = self._cell_n[touched].astype(np.int64)
-        self._reserve_cells(touched, cell_n + n_ent)
-        ev_cap = 8 + self._cell_pm_n[touched] // 2 + cell_n // 2 + 2 * n_ent
-        ev_off = np.zeros(nt + 1, np.int64)
-        np.cumsum(ev_cap, out=ev_off[1:])
+        room, grow, ev_off, ev_cap, max_cap, work = karena.frame_room(touched, ent_off, self._cell_n, self._cell_cap,
+                                                                     self._cell_pm_n)
+        if grow:
+            self._reserve_cells(touched, room)
+            max_cap = int(self._cell_cap[touched].max())
         need = int(ev_off[-1])
         if need > self._scratch_ev.shape[0] or self._scratch_ev.shape[0] > 8 * max(need, 1 << 16):
             # grow, or give back a buffer left far too big by a burst (e.g. the initial batch insert)
@@ -520,13 +520,11 @@ class World:
         ev_n = np.zeros(nt, np.int64)
         ev_plus = np.zeros(nt, np.int64)
         swaps = np.zeros(nt, np.int64)
-        max_cap = int(self._cell_cap[touched].max()) if nt else 0
         nth = numba.config.NUMBA_NUM_THREADS
         scratch = np.empty((nth, 3, max_cap + 1), np.int32)
         kscratch = np.empty((nth, 2 * max_cap + 2), np.uint64)
 
         # phase 4: every touched cell's SAP, in parallel
-        work = int(cell_n.sum()) + ent_h.shape[0]
         self._threads(work)
         with _PARALLEL_LOCK:
             ksap.cells_apply(touched, ent_off, ent_h, self.dims, self._C, self._obj_flag, self._obj_crange,

@@ -9,6 +9,37 @@ from .sap_cell import cell_all_pairs
 
 
 @njit(**NJIT)
+def frame_room(touched, ent_off, cell_n, cell_cap, cell_pm_n):
+    """Sizes of a frame's touched cells, in one pass: ``(need, grow, ev_off, ev_cap, max_cap, work)``.
+
+    need[t]: boxes cell touched[t] holds after the frame at most (its boxes and those entering it);
+    grow: some cell needs more room than it has; ev_cap[t]: its slice of the event buffer (the events
+    of a frame are bounded by the cell's pairs, boxes and entries; a slice that overflows is redone
+    exactly), at ``ev_off[t]``; max_cap: the largest capacity among them (before any growth); work:
+    the boxes and entries to process, which decides the thread count.
+    """
+    nt = touched.shape[0]
+    need = np.empty(nt, np.int64)
+    ev_cap = np.empty(nt, np.int64)
+    ev_off = np.empty(nt + 1, np.int64)
+    ev_off[0] = 0
+    grow = False
+    max_cap = 0
+    work = 0
+    for t in range(nt):
+        c = touched[t]
+        n = np.int64(cell_n[c])
+        k = ent_off[t + 1] - ent_off[t]
+        need[t] = n + k
+        grow |= n + k > cell_cap[c]
+        max_cap = max(max_cap, np.int64(cell_cap[c]))
+        ev_cap[t] = 8 + np.int64(cell_pm_n[c]) // 2 + n // 2 + 2 * k
+        ev_off[t + 1] = ev_off[t] + ev_cap[t]
+        work += n + k
+    return need, grow, ev_off, ev_cap, max_cap, work
+
+
+@njit(**NJIT)
 def cells_move(cells, new_base, new_cap, dims, cell_n, cell_base, cell_cap,
                old_h, old_pos, old_key, bx_h, bx_pos, ep_key):
     """Copy the SAP regions of ``cells`` to ``new_base`` (box units) with capacity ``new_cap``.
