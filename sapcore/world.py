@@ -51,6 +51,7 @@ _NO_HANDLES = np.zeros(0, np.int32)
 _NO_SAME = np.zeros(0, np.uint8)
 _NO_IDS = np.zeros(0, np.uint64)
 _NO_ROWS = np.zeros((0, 6), np.float32)
+_NO_ROW_OF = np.zeros(0, np.int64)
 _EMPTY_COLUMN = {np.uint32: np.zeros(0, np.uint32), np.uint8: np.zeros(0, np.uint8)}
 #: Parallel kernels of different worlds never run at the same time: numba's default threading layer
 #: (workqueue) does not support concurrent launches, and each launch already uses every core.
@@ -409,7 +410,7 @@ class World:
                 kval.idmap_lookup(self._idk, self._idv, rem, rem_h)
         # updates usually come in the order of the last frame's: their handles follow that list (the
         # same list again, a client that sends every object every frame, costs one comparison)
-        lookups, known = 0, 1
+        lookups, known, row_of = 0, 1, _NO_ROW_OF
         listed = nu > 0 and nu == self._last_ids.shape[0] and np.array_equal(upd, self._last_ids)
         if listed:
             upd_h = self._last_h        # shared, read only: a new list replaces it, never writes into it
@@ -417,8 +418,9 @@ class World:
             upd_h = np.empty(nu, np.int32)
             hit = np.zeros(self._last_ids.shape[0], np.uint8)
             looked = np.empty(nu, np.int64)
+            row_of = np.empty(nu, np.int64)
             lookups = kval.idmap_resolve_seq(self._idk, self._idv, upd, self._last_ids, self._last_h,
-                                             self._obj_lastpos, upd_h, hit, looked)
+                                             self._obj_lastpos, upd_h, hit, looked, row_of)
             # the updates taken along the list are distinct: only the removes and the ids off the list
             # need the duplicate check (else the full check names the offending entry)
             known = 2 if kval.ids_distinct_listed(rem_h, upd_h, looked, lookups, hit, self._last_h,
@@ -435,7 +437,9 @@ class World:
                       3: f"id {idv} is already live (an id appears at most once in a frame)"}[code]
             raise FrameError(field, index, reason)
         # every update's handle is known: a box equal to the stored one is marked (same = 2) and needs
-        # no check. The same list as the last frame's: the stored boxes are also the last list's rows
+        # no check. The stored boxes are read from the last list's rows where it has them (the same
+        # list: row by row; else at the positions found along it), else from the per-object array
+        rows = _NO_ROWS if self._last_boxes is None else self._last_boxes
         row_boxes = self._last_boxes if listed else None
         same = np.empty(nu, np.uint8)
         moving = -1
@@ -447,12 +451,13 @@ class World:
             elif nu:
                 self._threads(nu)
                 self._raise_bad_box("update_boxes", *kval.boxes_check(
-                    upd_boxes, self.dims, self._coord_limit32, self._obj_box if row_boxes is None else row_boxes,
-                    upd_h, same, row_boxes is not None))
+                    upd_boxes, self.dims, self._coord_limit32, self._obj_box, upd_h, same, rows,
+                    row_of if rows.shape[0] else _NO_ROW_OF, row_boxes is not None))
             if na:
                 self._threads(na)
                 self._raise_bad_box("add_boxes", *kval.boxes_check(
-                    add_boxes, self.dims, self._coord_limit32, self._obj_box, _NO_HANDLES, _NO_SAME, False))
+                    add_boxes, self.dims, self._coord_limit32, self._obj_box, _NO_HANDLES, _NO_SAME, _NO_ROWS,
+                    _NO_ROW_OF, False))
         add_cat = self._check_column(add_category, na, "add_category", np.uint32, 0xFFFFFFFF)
         add_msk = self._check_column(add_mask, na, "add_mask", np.uint32, 0xFFFFFFFF)
         add_static = self._check_column(add_static, na, "add_static", np.uint8, 0)
@@ -463,7 +468,7 @@ class World:
             # nothing in the frame, or only updates that keep their boxes (and nothing invalid):
             # nothing can change
             self.frames += 1
-            self._remember_order(upd, upd_h, upd_boxes, lookups, nr, add, _NO_HANDLES)
+            self._remember_order(upd, upd_h, upd_boxes, lookups, nr, add, _NO_HANDLES, add_boxes)
             t1 = time.perf_counter()
             return Delta(_EMPTY_PAIRS.copy(), _EMPTY_PAIRS.copy(),
                          FrameStats(objects=live, pairs=self._gn, validate_s=t1 - t0, total_s=t1 - t0))
@@ -488,7 +493,7 @@ class World:
             self._obj_mask[add_h] = add_msk
             self._obj_static[add_h] = add_static
             self._obj_alive[add_h] = 1
-        self._remember_order(upd, upd_h, upd_boxes, lookups, nr, add, add_h)
+        self._remember_order(upd, upd_h, upd_boxes, lookups, nr, add, add_h, add_boxes)
 
         # phase 2: rasterize: cell ranges, boxes and flags (parallel), touched cells and entries (serial)
         newr = np.empty((upd_h.shape[0] + na, 6), np.int32)
@@ -593,30 +598,32 @@ class World:
         """Threads for the next parallel kernels: all of this world's, or 1 for little work."""
         numba.set_num_threads(self._max_threads if work >= threshold else 1)
 
-    def _remember_order(self, upd, upd_h, upd_boxes, lookups, nr, add, add_h):
+    def _remember_order(self, upd, upd_h, upd_boxes, lookups, nr, add, add_h, add_boxes):
         """Once a frame is valid and its handles are known: its updates in their order, then its new
         objects (clients usually append them to their arrays), guide the next frame's handle lookups
         (idmap_resolve_seq). Without updates, the last list stays unless this frame removed objects
         (they may be on it). Every id on the list is live after this frame.
 
-        While frames list the same objects, ``_last_boxes[j]`` is the box of the list's j-th object (the
-        box check then reads it row by row; grid_ranges keeps it current): set at the second frame of
-        the same list, dropped when the list changes."""
+        ``_last_boxes[j]`` is the box of the list's j-th object, or None: the next frame's box check
+        reads the stored boxes from it in about the list's order (grid_ranges keeps it current while
+        the list repeats). It is kept for a list that mostly follows the last one (else the copy
+        would cost more than it saves), and from the second frame of a list that repeats."""
         if upd.shape[0]:
             if not (lookups or upd.shape[0] != self._last_ids.shape[0] or add.shape[0]):
                 if self._last_boxes is None:        # the same list as the last frame's
                     self._last_boxes = np.array(upd_boxes, np.float32)
                 return
             ids, handles = upd, upd_h
+            boxes = upd_boxes if 4 * lookups <= upd.shape[0] else None
         elif nr:
-            ids, handles = _NO_IDS, _NO_HANDLES
+            ids, handles, boxes = _NO_IDS, _NO_HANDLES, None
         elif add.shape[0]:
-            ids, handles = self._last_ids, self._last_h
+            ids, handles, boxes = self._last_ids, self._last_h, self._last_boxes
         else:
             return
         self._last_ids = np.concatenate([ids, add])     # a copy: the caller's arrays are not kept
         self._last_h = np.concatenate([handles, add_h])
-        self._last_boxes = None
+        self._last_boxes = None if boxes is None else np.concatenate([boxes, add_boxes])
         kval.set_positions(self._last_h, self._obj_lastpos)
 
     def _keys_to_id_pairs(self, keys):

@@ -267,8 +267,9 @@ def test_the_guiding_list_is_the_updates_then_the_new_objects(twin):
 def test_a_repeated_list_keeps_its_boxes_by_row(twin):
     """The same update list frame after frame: the box check reads the last frame's boxes row by row
     (``_last_boxes``), a frame that repeats every box is a still frame. Rows changed past the first few,
-    -0.0 for +0.0, a bad box in the last row (rejected, nothing changes), adds (the list changes and
-    the rows are dropped) all give the oracle's answers."""
+    -0.0 for +0.0, a bad box in the last row (rejected, nothing changes), adds (appended to the rows),
+    a list with gaps (rows found along the last list), a shuffled list (no rows kept) all give the
+    oracle's answers, and the rows stay equal to the stored boxes (``World.validate``)."""
     t, rng, ids, boxes = twin
     boxes = boxes.copy()
     boxes[5] = [0.0, 1.0, 0.5, 2.0]
@@ -293,9 +294,21 @@ def test_a_repeated_list_keeps_its_boxes_by_row(twin):
         t.step(update_ids=ids, update_boxes=late)
     new = np.arange(10**6, 10**6 + 3, dtype=np.uint64)
     t.step(update_ids=ids, update_boxes=late, add_ids=new, add_boxes=_boxes(rng, 3))
-    assert t.world._last_boxes is None                      # a new list: rows again from its second frame
+    assert t.world._last_boxes.shape[0] == N + 3            # the list and its rows: the updates, then the adds
     every = np.concatenate([ids, new])
     eb = np.concatenate([late, t.world.boxes(new)])
-    t.step(update_ids=every, update_boxes=_move(rng, eb))
-    t.step(update_ids=every, update_boxes=_move(rng, eb))
-    assert t.world._last_boxes is not None and t.world._last_boxes.shape[0] == len(every)
+    keep = np.ones(len(every), bool)
+    keep[rng.choice(len(every), 40, replace=False)] = False
+    eb[keep] = _move(rng, eb[keep], frac=0.5)
+    t.step(update_ids=every[keep], update_boxes=eb[keep])   # a list with gaps: rows found along the last one
+    assert t.world._last_boxes.shape[0] == keep.sum()
+    t.step(update_ids=every[keep], update_boxes=eb[keep])   # then the same list, all boxes unchanged
+    fewer = keep.copy()
+    fewer[np.flatnonzero(keep)[::50]] = False
+    d = t.step(update_ids=every[fewer], update_boxes=eb[fewer])  # gaps again, every box as stored: each
+    assert d.stats.cells_touched == 0                       # row found along the list, nothing moves
+    perm = rng.permutation(len(every))
+    t.step(update_ids=every[perm], update_boxes=_move(rng, eb[perm]))
+    assert t.world._last_boxes is None                      # a shuffled list: every id looked up, no rows
+    t.step(remove_ids=every[perm][:5])
+    assert t.world._last_boxes is None and t.world._last_ids.shape[0] == 0

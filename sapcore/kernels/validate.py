@@ -42,12 +42,30 @@ def _same_box(boxes, i, stored, h, dims):
     return eq
 
 
+@njit(**NJIT_INLINE)
+def _stored_row(i, handles, row_of, by_row):
+    """Where the stored box of update row i is: (in ``rows``?, index); see ``boxes_check``."""
+    if by_row:
+        return True, np.int64(i)
+    if row_of.shape[0] > 0 and row_of[i] >= 0:
+        return True, np.int64(row_of[i])
+    return False, np.int64(handles[i])
+
+
+@njit(**NJIT_INLINE)
+def _unchanged(boxes, i, stored, handles, rows, row_of, by_row, dims):
+    in_rows, k = _stored_row(i, handles, row_of, by_row)
+    if in_rows:
+        return _same_box(boxes, i, rows, k, dims)
+    return _same_box(boxes, i, stored, k, dims)
+
+
 @njit(**NJIT)
-def _first_bad(boxes, dims, limit, stored, handles, by_row):
+def _first_bad(boxes, dims, limit, stored, handles, rows, row_of, by_row):
     """(row, code, axis) of the lowest bad row (serial: only called when there is one)."""
     known = handles.shape[0] == boxes.shape[0]
     for i in range(boxes.shape[0]):
-        if known and _same_box(boxes, i, stored, np.int64(i) if by_row else np.int64(handles[i]), dims):
+        if known and _unchanged(boxes, i, stored, handles, rows, row_of, by_row, dims):
             continue
         c = _box_code(boxes, i, dims, limit)
         if c != 0:
@@ -56,29 +74,30 @@ def _first_bad(boxes, dims, limit, stored, handles, by_row):
 
 
 @njit(**NJIT_PARALLEL)
-def boxes_check(boxes, dims, limit, stored, handles, same, by_row):
+def boxes_check(boxes, dims, limit, stored, handles, same, rows, row_of, by_row):
     """First bad row of float32 boxes [K, 2*dims]: returns (row, code, axis) or (-1, 0, 0).
 
     Rows are checked in parallel; the answer is the lowest bad row whatever the thread count. With
     ``handles`` (int32 [K], updates of known objects; empty otherwise), a row equal to the object's
     stored box is valid already: ``same[i] = 2`` and it is not checked again (else ``same[i] = 0``).
-    The stored box of row i is ``stored[handles[i]]``, or ``stored[i]`` with ``by_row`` (the boxes of
-    the last frame's list, when this frame lists the same objects in the same order: a sequential read
-    instead of one scattered over the per-object array).
+    The stored box of row i is ``stored[handles[i]]``, or a row of ``rows`` (the boxes of the last
+    frame's list, read in about their order instead of scattered over the per-object array):
+    ``rows[i]`` with ``by_row`` (this frame lists the same objects in the same order), else
+    ``rows[row_of[i]]`` where ``row_of`` (int64 [K], or empty) gives one (>= 0).
     """
     n = boxes.shape[0]
     known = handles.shape[0] == n and n > 0
     bad = 0
     for i in prange(n):
         if known:
-            eq = _same_box(boxes, i, stored, np.int64(i) if by_row else np.int64(handles[i]), dims)
+            eq = _unchanged(boxes, i, stored, handles, rows, row_of, by_row, dims)
             same[i] = 2 if eq else 0
             if eq:
                 continue
         if _box_code(boxes, i, dims, limit) != 0:
             bad += 1
     if bad:
-        return _first_bad(boxes, dims, limit, stored, handles if known else handles[:0], by_row)
+        return _first_bad(boxes, dims, limit, stored, handles if known else handles[:0], rows, row_of, by_row)
     return -1, BOX_OK, 0
 
 
@@ -90,7 +109,7 @@ def idmap_lookup(keys, vals, ids, out):
 
 
 @njit(**NJIT)
-def idmap_resolve_seq(keys, vals, ids, last_ids, last_h, last_pos, out, hit, looked):
+def idmap_resolve_seq(keys, vals, ids, last_ids, last_h, last_pos, out, hit, looked, row_of):
     """out[i] = handle of ids[i], or -1, guided by the previous frame's update list.
 
     Clients usually send their updates in the same order every frame, give or take the objects they
@@ -101,6 +120,7 @@ def idmap_resolve_seq(keys, vals, ids, last_ids, last_h, last_pos, out, hit, loo
     it. Returns the number of ids that needed a lookup: with 0, the ids are an in-order subsequence of
     ``last_ids``, hence without duplicates. ``hit[p] = 1`` (uint8, zero on entry) marks the positions
     of the last list taken without a lookup; ``looked[:lookups]`` are the rows that needed one.
+    ``row_of[i]`` is the position of ids[i]'s object in the last list, or -1 when it is not on it.
     """
     n_last = last_ids.shape[0]
     j = 0
@@ -110,6 +130,7 @@ def idmap_resolve_seq(keys, vals, ids, last_ids, last_h, last_pos, out, hit, loo
         if j < n_last and last_ids[j] == key:
             out[i] = last_h[j]
             hit[j] = 1
+            row_of[i] = j
             j += 1
             continue
         # the last list's next few ids were removed (or left out): skip them without a lookup
@@ -119,16 +140,20 @@ def idmap_resolve_seq(keys, vals, ids, last_ids, last_h, last_pos, out, hit, loo
         if skip < n_last and skip <= j + 4:
             out[i] = last_h[skip]
             hit[skip] = 1
+            row_of[i] = skip
             j = skip + 1
             continue
         looked[lookups] = i
         lookups += 1
         h = idmap_find(keys, vals, key)
         out[i] = h
+        row_of[i] = -1
         if h >= 0:
             p = last_pos[h]
-            if j <= p < n_last and last_h[p] == h:
-                j = p + 1
+            if 0 <= p < n_last and last_h[p] == h:
+                row_of[i] = p
+                if p >= j:
+                    j = p + 1
     return lookups
 
 
