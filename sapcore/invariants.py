@@ -34,6 +34,7 @@ def check_world(world) -> None:
     assert last_h.shape == world._last_ids.shape, "guide list: ids and handles"
     assert np.all(world._obj_alive[last_h] == 1), "guide list: an object no longer live"
     assert np.array_equal(world._obj_id[last_h], world._last_ids), "guide list: ids of its handles"
+    assert np.array_equal(world._obj_lastpos[last_h], np.arange(last_h.shape[0])), "guide list: positions"
     if world._last_boxes is not None:
         assert np.array_equal(world._last_boxes, world._obj_box[last_h]), "guide list: boxes by row"
     # expected members of every cell, from the objects' cell ranges

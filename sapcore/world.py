@@ -468,7 +468,7 @@ class World:
             # nothing in the frame, or only updates that keep their boxes (and nothing invalid):
             # nothing can change
             self.frames += 1
-            self._remember_order(upd, upd_h, upd_boxes, lookups, nr, add, _NO_HANDLES, add_boxes)
+            self._remember_order(upd, upd_h, upd_boxes, lookups, nr, add, _NO_HANDLES, add_boxes, False)
             t1 = time.perf_counter()
             return Delta(_EMPTY_PAIRS.copy(), _EMPTY_PAIRS.copy(),
                          FrameStats(objects=live, pairs=self._gn, validate_s=t1 - t0, total_s=t1 - t0))
@@ -493,7 +493,8 @@ class World:
             self._obj_mask[add_h] = add_msk
             self._obj_static[add_h] = add_static
             self._obj_alive[add_h] = 1
-        self._remember_order(upd, upd_h, upd_boxes, lookups, nr, add, add_h, add_boxes)
+        list_rows, row_mode = self._remember_order(upd, upd_h, upd_boxes, lookups, nr, add, add_h, add_boxes,
+                                                   True)
 
         # phase 2: rasterize: cell ranges, boxes and flags (parallel), touched cells and entries (serial)
         newr = np.empty((upd_h.shape[0] + na, 6), np.int32)
@@ -501,7 +502,7 @@ class World:
         with _PARALLEL_LOCK:
             kgrid.grid_ranges(self.dims, self._bmin, self._inv, self._C, self._obj_box, self._obj_crange,
                               self._obj_flag, upd_h, upd_boxes, add_h, add_boxes, newr, same,
-                              _NO_ROWS if row_boxes is None else row_boxes)
+                              list_rows, row_mode, self._obj_lastpos)
         # when most objects move, every occupied cell is touched: cheaper than touching cell by cell
         dense = 2 * (moving + rem.shape[0]) >= live
         touched, ent_off, ent_h = kgrid.grid_rasterize(
@@ -598,33 +599,45 @@ class World:
         """Threads for the next parallel kernels: all of this world's, or 1 for little work."""
         numba.set_num_threads(self._max_threads if work >= threshold else 1)
 
-    def _remember_order(self, upd, upd_h, upd_boxes, lookups, nr, add, add_h, add_boxes):
+    def _remember_order(self, upd, upd_h, upd_boxes, lookups, nr, add, add_h, add_boxes, deferred):
         """Once a frame is valid and its handles are known: its updates in their order, then its new
         objects (clients usually append them to their arrays), guide the next frame's handle lookups
         (idmap_resolve_seq). Without updates, the last list stays unless this frame removed objects
-        (they may be on it). Every id on the list is live after this frame.
+        (they may be on it); a frame of adds only appends them. Every id on the list is live after this
+        frame; ``_obj_lastpos[h]`` is h's position on it.
 
         ``_last_boxes[j]`` is the box of the list's j-th object, or None: the next frame's box check
-        reads the stored boxes from it in about the list's order (grid_ranges keeps it current while
-        the list repeats). It is kept for a list that mostly follows the last one (else the copy
-        would cost more than it saves), and from the second frame of a list that repeats."""
-        if upd.shape[0]:
-            if not (lookups or upd.shape[0] != self._last_ids.shape[0] or add.shape[0]):
+        reads the stored boxes from it in about the list's order. It is kept for a list that mostly
+        follows the last one (else the copy would cost more than it saves), and from the second frame
+        of a list that repeats.
+
+        deferred: grid_ranges runs in this frame; the new list's positions and box rows are left to it,
+        returned as ``(rows, row_mode)`` (see ``kgrid.grid_ranges``)."""
+        n_upd, n_add = upd.shape[0], add.shape[0]
+        if n_upd:
+            if not (lookups or n_upd != self._last_ids.shape[0] or n_add):
                 if self._last_boxes is None:        # the same list as the last frame's
                     self._last_boxes = np.array(upd_boxes, np.float32)
-                return
-            ids, handles = upd, upd_h
-            boxes = upd_boxes if 4 * lookups <= upd.shape[0] else None
+                    return _NO_ROWS, 0
+                return self._last_boxes, 1
+            keep_rows = 4 * lookups <= n_upd
+            self._last_ids = np.concatenate([upd, add])     # a copy: the caller's arrays are not kept
+            self._last_h = np.concatenate([upd_h, add_h])
+            if deferred:
+                self._last_boxes = np.empty((n_upd + n_add, 2 * self.dims), np.float32) if keep_rows else None
+                return (_NO_ROWS if self._last_boxes is None else self._last_boxes), 2
+            self._last_boxes = np.concatenate([upd_boxes, add_boxes]) if keep_rows else None
+            kval.set_positions(self._last_h, self._obj_lastpos)
         elif nr:
-            ids, handles, boxes = _NO_IDS, _NO_HANDLES, None
-        elif add.shape[0]:
-            ids, handles, boxes = self._last_ids, self._last_h, self._last_boxes
-        else:
-            return
-        self._last_ids = np.concatenate([ids, add])     # a copy: the caller's arrays are not kept
-        self._last_h = np.concatenate([handles, add_h])
-        self._last_boxes = None if boxes is None else np.concatenate([boxes, add_boxes])
-        kval.set_positions(self._last_h, self._obj_lastpos)
+            self._last_ids, self._last_h, self._last_boxes = _NO_IDS, _NO_HANDLES, None
+        elif n_add:
+            old = self._last_ids.shape[0]
+            self._last_ids = np.concatenate([self._last_ids, add])
+            self._last_h = np.concatenate([self._last_h, add_h])
+            if self._last_boxes is not None:
+                self._last_boxes = np.concatenate([self._last_boxes, add_boxes])
+            self._obj_lastpos[add_h] = np.arange(old, old + n_add, dtype=self._obj_lastpos.dtype)
+        return _NO_ROWS, 0
 
     def _keys_to_id_pairs(self, keys):
         """Handle-pair keys -> sorted uint64 [K, 2] rows of (low id, high id)."""

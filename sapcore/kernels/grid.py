@@ -56,23 +56,33 @@ def _row_range(src, k, dims, bmin, inv, C, newr, i):
 
 @njit(**NJIT_PARALLEL)
 def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, newr, same,
-                row_boxes):
+                rows, row_mode, lastpos):
     """First rasterize pass, in parallel over the frame's updates, then its adds.
 
     New cell ranges go to ``newr`` (rows [0, nu) updates, [nu, nu + na) adds). ``same[i]`` is 2 on entry
     when update i keeps its box (set by the box check; it is left alone), else it becomes 1 when the
     update keeps its cells, 0 when not. Writes the new boxes and the per-frame flags, and the cell
     ranges of added objects (a moved object's range changes in the serial pass, which still needs the
-    old one). ``row_boxes`` (float32 [nu, 2*dims], or no rows): the boxes by update row, kept for the
-    next frame's box check; a moved update's row gets its new box.
+    old one).
+
+    The list that guides the next frame (the updates, then the adds; see ``World._remember_order``),
+    written here while the rows are at hand: ``row_mode`` 1, the same list as the last frame's: a moved
+    update's row of ``rows`` (its boxes by list position) gets its new box; 2, a new list: every row of
+    ``rows`` (if it has any) and the list position of every object (``lastpos[h]``); 0: nothing.
     """
     nu = upd_h.shape[0]
     na = add_boxes.shape[0]
-    by_row = row_boxes.shape[0] == nu
+    by_row = row_mode == 1 and rows.shape[0] == nu
+    fill = row_mode == 2 and rows.shape[0] == nu + na
     for i in prange(nu):
-        if same[i] == 2:        # the update keeps its box: nothing to do for it
-            continue
         h = upd_h[i]
+        if row_mode == 2:
+            lastpos[h] = i
+            if fill:
+                for a in range(2 * dims):
+                    rows[i, a] = upd_boxes[i, a]
+        if same[i] == 2:        # the update keeps its box: nothing else to do for it
+            continue
         _row_range(upd_boxes, i, dims, bmin, inv, C, newr, i)
         eq = True
         for a in range(6):
@@ -83,7 +93,7 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
             boxes[h, a] = upd_boxes[i, a]
         if by_row:
             for a in range(2 * dims):
-                row_boxes[i, a] = upd_boxes[i, a]
+                rows[i, a] = upd_boxes[i, a]
     if na > 0:
         for k in prange(na):
             h = add_h[k]
@@ -93,6 +103,11 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
             flag[h] = FLAG_ADDED
             for a in range(2 * dims):
                 boxes[h, a] = add_boxes[k, a]
+            if row_mode == 2:
+                lastpos[h] = nu + k
+                if fill:
+                    for a in range(2 * dims):
+                        rows[nu + k, a] = add_boxes[k, a]
 
 
 @njit(**NJIT)
