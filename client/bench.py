@@ -265,7 +265,8 @@ def extras_text(x: dict) -> str:
         f"{_f(x['remove10_ms'], '.1f')} ms",
         f"- memory ({x['memory_source']}): {_size(x['memory_bytes'])} = "
         f"{_f(x['bytes_per_object'], '.0f')} B/object, {_f(x['bytes_per_pair'], '.0f')} B/pair "
-        f"({x['pairs']} pairs)",
+        f"({x['pairs']} pairs); budget 300 B/object + 48 B/pair = "
+        f"{_size(300 * x['objects'] + 48 * x['pairs'])}: {'ok' if x['memory_bytes'] < 300 * x['objects'] + 48 * x['pairs'] else 'OVER'}",
         f"- apply phase over {x['apply_ticks']} full-motion ticks (best of 2): "
         f"1 thread {_f(x['apply_s_t1'] * 1e3, '.1f')} ms, "
         f"2 threads {_f(x['apply_s_t2'] * 1e3, '.1f')} ms -> speed-up {_f(x['apply_speedup'], '.2f')}x "
