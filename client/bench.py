@@ -254,6 +254,7 @@ def extras_text(x: dict) -> str:
     """Markdown bullet list of the extras."""
     n = x["objects"]
     pct = lambda k: f" ({_f(x.get(k), '.1f')}% of a full-motion tick)" if x.get(k) is not None else ""  # noqa: E731
+    budget = 300 * x["objects"] + 48 * x["pairs"]        # the issue's memory budget, bytes
     return "\n".join([
         f"crowd2d, {n} objects, cells {'x'.join(map(str, x['cells']))}, threads {x['threads'] or 'auto'}:",
         f"- batch insert of {n} boxes into an empty world: {_f(x['insert_ms'], '.1f')} ms "
@@ -265,8 +266,8 @@ def extras_text(x: dict) -> str:
         f"{_f(x['remove10_ms'], '.1f')} ms",
         f"- memory ({x['memory_source']}): {_size(x['memory_bytes'])} = "
         f"{_f(x['bytes_per_object'], '.0f')} B/object, {_f(x['bytes_per_pair'], '.0f')} B/pair "
-        f"({x['pairs']} pairs); budget 300 B/object + 48 B/pair = "
-        f"{_size(300 * x['objects'] + 48 * x['pairs'])}: {'ok' if x['memory_bytes'] < 300 * x['objects'] + 48 * x['pairs'] else 'OVER'}",
+        f"({x['pairs']} pairs); budget 300 B/object + 48 B/pair = {_size(budget)}: "
+        f"{'ok' if x['memory_bytes'] < budget else 'OVER'}",
         f"- apply phase over {x['apply_ticks']} full-motion ticks (best of 2): "
         f"1 thread {_f(x['apply_s_t1'] * 1e3, '.1f')} ms, "
         f"2 threads {_f(x['apply_s_t2'] * 1e3, '.1f')} ms -> speed-up {_f(x['apply_speedup'], '.2f')}x "

@@ -442,17 +442,17 @@ class World:
         rows = _NO_ROWS if self._last_boxes is None else self._last_boxes
         row_boxes = self._last_boxes if listed else None
         same = np.empty(nu, np.uint8)
-        moving = -1
+        moving = 0                  # updates whose box changes
         with _PARALLEL_LOCK:
             if row_boxes is not None and np.array_equal(upd_boxes[:64], row_boxes[:64]) and np.array_equal(
                     upd_boxes, row_boxes):
                 same.fill(2)        # every object sent again with its box: a still frame
-                moving = 0
             elif nu:
                 self._threads(nu)
                 self._raise_bad_box("update_boxes", *kval.boxes_check(
                     upd_boxes, self.dims, self._coord_limit32, self._obj_box, upd_h, same, rows,
                     row_of if rows.shape[0] else _NO_ROW_OF, row_boxes is not None))
+                moving = nu - int(np.count_nonzero(same == 2))
             if na:
                 self._threads(na)
                 self._raise_bad_box("add_boxes", *kval.boxes_check(
@@ -462,8 +462,6 @@ class World:
         add_msk = self._check_column(add_mask, na, "add_mask", np.uint32, 0xFFFFFFFF)
         add_static = self._check_column(add_static, na, "add_static", np.uint8, 0)
         live = self.object_count
-        if moving < 0:
-            moving = nu - int(np.count_nonzero(same == 2)) if nu else 0
         if moving == 0 and nr == 0 and na == 0:
             # nothing in the frame, or only updates that keep their boxes (and nothing invalid):
             # nothing can change
