@@ -1,24 +1,24 @@
 """Building and running a sapgrid server (STYLE 14: building is separate from running).
 
-    app = await build_server(cfg)     # bound (port 0 -> a free port), default world created, not started
-    await app.start()
+    app = build_server(cfg)     # bound (port 0 -> a free port), default world created, not started
+    app.start()
     ...
-    await app.stop()                  # NOT_SERVING, stop(grace): in-flight calls and queued frames finish
+    app.stop()                  # NOT_SERVING, stop(grace): in-flight calls and waiting frames finish
 
 ``serve(cfg)`` does all of it in the foreground and stops gracefully on SIGTERM/SIGINT.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import signal
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
+from grpc_health.v1.health import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from sapgrid.v1 import echo_service_pb2, echo_service_pb2_grpc, sapgrid_service_pb2
@@ -57,47 +57,49 @@ class App:
     """A built server and everything it owns."""
 
     cfg: ServerConfig
-    server: grpc.aio.Server
+    server: grpc.Server
     port: int
     health: HealthServicer
     registry: Registry
     metrics: Metrics
-    pool: ThreadPoolExecutor
     metrics_port: int = -1
 
     @property
     def address(self) -> str:
         return f"{self.cfg.listen.rsplit(':', 1)[0]}:{self.port}"
 
-    async def start(self) -> None:
-        await self.server.start()
+    def start(self) -> None:
+        self.server.start()
         if self.cfg.metrics_port >= 0:
             self.metrics_port = self.metrics.serve_http(self.cfg.metrics_host, self.cfg.metrics_port)
         for name in ("", *SERVICE_NAMES):
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
-    async def stop(self, grace: float | None = None) -> None:
-        """Graceful stop: NOT_SERVING, refuse new calls, let in-flight calls and queued frames finish."""
+    def stop(self, grace: float | None = None) -> None:
+        """Graceful stop: NOT_SERVING, refuse new calls, let in-flight calls and waiting frames finish
+        (at most ``grace`` seconds; then the calls still open are cancelled)."""
         grace = self.cfg.grace_seconds if grace is None else grace
-        await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace)
-        await self.registry.close()
+        self.health.enter_graceful_shutdown()
+        stopped = self.server.stop(grace)          # new calls refused; open ones cancelled after grace
+        self.registry.close(grace + 5.0)           # open frame calls end, worlds finish their jobs
+        stopped.wait(10.0)
         self.metrics.stop_http()
-        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-async def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | None = None) -> App:
-    """Build (and bind) a server for cfg and create its default world. Call inside the event loop.
+def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | None = None) -> App:
+    """Build (and bind) a server for cfg and create its default world; ``start()`` starts it.
 
     world_factory: callable(sapcore.WorldConfig) -> world (default sapcore.World); a test seam.
+    Every call is served by a thread of its own (at most ``cfg.max_calls`` at once; one more is
+    answered RESOURCE_EXHAUSTED), which also runs the call's engine work: no hand-off per frame.
     """
-    pool = ThreadPoolExecutor(cfg.worker_threads, thread_name_prefix="sapgrid-engine")
     metrics = metrics or Metrics()
-    registry = Registry(pool, metrics, queue_size=cfg.queue_size, subscriber_limit=cfg.subscriber_queue,
+    registry = Registry(metrics, queue_size=cfg.queue_size, subscriber_limit=cfg.subscriber_queue,
                         max_worlds=cfg.max_worlds, engine_threads=cfg.engine_threads, validate=cfg.validate,
                         world_factory=world_factory, engine_lock=cfg.engine_lock)
-    server = grpc.aio.server(options=grpc_options(cfg))
-    add_to_server(SapgridServicer(registry, metrics, cfg.stream_window), server)
+    pool = ThreadPoolExecutor(cfg.max_calls, thread_name_prefix="sapgrid-call")
+    server = grpc.server(pool, options=grpc_options(cfg), maximum_concurrent_rpcs=cfg.max_calls)
+    add_to_server(SapgridServicer(registry, metrics), server)
     echo_service_pb2_grpc.add_EchoServiceServicer_to_server(EchoServicer(), server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -107,36 +109,32 @@ async def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metric
     if port == 0:
         raise OSError(f"cannot listen on {cfg.listen}")
     if cfg.default_world:
-        dims = cfg.default_world_dims
-        await registry.create(cfg.default_world, world_pb2.WorldConfig(
-            dims=dims, bounds=cfg.default_world_bounds, cells=cfg.default_world_cells))
-    return App(cfg, server, port, health, registry, metrics, pool)
+        registry.create(cfg.default_world, world_pb2.WorldConfig(
+            dims=cfg.default_world_dims, bounds=cfg.default_world_bounds, cells=cfg.default_world_cells))
+    return App(cfg, server, port, health, registry, metrics)
 
 
-async def serve_async(cfg: ServerConfig, ready=None) -> None:
-    """Run a server until SIGTERM/SIGINT, then stop gracefully. ``ready(app)`` is called once serving."""
-    app = await build_server(cfg)
-    await app.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
+def serve(cfg: ServerConfig, ready=None) -> int:
+    """Run a server in the foreground until SIGTERM/SIGINT, then stop gracefully. ``ready(app)`` is
+    called once serving."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        app = build_server(cfg)
+    except OSError as exc:
+        print(f"sapgrid: {exc}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        signal.signal(sig, lambda *_: stop.set())
+    app.start()
     metrics = f"http://{cfg.metrics_host}:{app.metrics_port}/metrics" if app.metrics_port >= 0 else "off"
     print(f"sapgrid: listening on {app.address} (metrics {metrics}; worlds: "
           f"{', '.join(r.name for r in app.registry.list()) or 'none'})", flush=True)
     if ready is not None:
         ready(app)
-    await stop.wait()
+    while not stop.wait(1.0):
+        pass
     print("sapgrid: shutting down (finishing queued frames)", flush=True)
-    await app.stop()
+    app.stop()
     print("sapgrid: stopped", flush=True)
-
-
-def serve(cfg: ServerConfig) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        asyncio.run(serve_async(cfg))
-    except OSError as exc:
-        print(f"sapgrid: {exc}", file=sys.stderr)
-        return 1
     return 0

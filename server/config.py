@@ -20,12 +20,13 @@ class ServerConfig:
     metrics_port : Prometheus ``/metrics`` port on the same host as ``metrics_host``; 0 picks a free
         port, -1 disables the metrics endpoint.
     metrics_host : address the metrics HTTP server binds.
-    worker_threads : threads that run engine work (one world uses one at a time).
+    max_calls : calls served at once; each runs in a thread of its own, which also does its engine
+        work (an open stream or subscription holds its thread while open). One more call is answered
+        RESOURCE_EXHAUSTED.
     engine_threads : numba threads per world for the parallel cell apply (0: numba default).
     max_message_bytes : largest gRPC message accepted or sent, both directions (a 100k-object frame
         is ~3 MB).
     queue_size : frames and queries that may wait per world; one more is answered RESOURCE_EXHAUSTED.
-    stream_window : frames of one StreamFrames call in flight inside the server (read-ahead).
     subscriber_queue : deltas buffered per subscriber before a slow subscriber is dropped.
     max_worlds : worlds the server holds at most.
     default_world : name of a 2D world created at start ("" for none).
@@ -40,11 +41,10 @@ class ServerConfig:
     listen: str = "127.0.0.1:50051"
     metrics_port: int = 9464
     metrics_host: str = "127.0.0.1"
-    worker_threads: int = max(2, os.cpu_count() or 2)
+    max_calls: int = 256
     engine_threads: int = 0
     max_message_bytes: int = 64 * MIB
     queue_size: int = 64
-    stream_window: int = 32
     subscriber_queue: int = 1024
     max_worlds: int = 256
     default_world: str = "default"
@@ -61,11 +61,11 @@ class ServerConfig:
             raise ValueError(f"engine_lock must be auto, on or off, got {self.engine_lock!r}")
         if ":" not in self.listen:
             raise ValueError(f"listen must be HOST:PORT, got {self.listen!r}")
-        if not 1 <= self.worker_threads <= 1024:
-            raise ValueError("worker_threads must be in [1, 1024]")
+        if not 2 <= self.max_calls <= 4096:
+            raise ValueError("max_calls must be in [2, 4096]")
         if not 4 * 1024 <= self.max_message_bytes <= 2**31 - 1:
             raise ValueError("max_message_bytes must be in [4 KiB, 2 GiB)")
-        for name in ("queue_size", "stream_window", "subscriber_queue", "max_worlds"):
+        for name in ("queue_size", "subscriber_queue", "max_worlds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         object.__setattr__(self, "default_world_bounds", tuple(float(x) for x in self.default_world_bounds))
@@ -90,11 +90,10 @@ _HELP = {
     "listen": "gRPC listen address HOST:PORT (default 127.0.0.1:50051; port 0 = free port)",
     "metrics_port": "Prometheus /metrics port (default 9464; 0 = free port, -1 = off)",
     "metrics_host": "address of the metrics HTTP server (default 127.0.0.1)",
-    "worker_threads": "threads running engine work (default max(2, cores))",
+    "max_calls": "calls served at once, a thread each; an open stream holds one (default 256)",
     "engine_threads": "numba threads per world for the cell apply (default 0 = numba default)",
     "max_message_bytes": "largest gRPC message, both directions (default 64 MiB)",
     "queue_size": "frames/queries waiting per world before RESOURCE_EXHAUSTED (default 64)",
-    "stream_window": "frames of one stream in flight inside the server (default 32)",
     "subscriber_queue": "deltas buffered per subscriber before it is dropped (default 1024)",
     "max_worlds": "most worlds the server holds (default 256)",
     "default_world": 'name of the 2D world created at start, "" for none (default "default")',

@@ -8,7 +8,6 @@ Anything else is a bug: INTERNAL with a generic message (the traceback goes to t
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import grpc
@@ -67,6 +66,12 @@ class ShuttingDown(ServiceError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+class Cancelled(ServiceError):
+    """The caller went away (cancelled, or its deadline passed) before its job started."""
+
+    code = grpc.StatusCode.CANCELLED
+
+
 def to_status(exc: BaseException) -> tuple[grpc.StatusCode, str, str, int]:
     """(code, message, field, index) of any exception. The only place errors are mapped."""
     if isinstance(exc, ServiceError):
@@ -77,9 +82,7 @@ def to_status(exc: BaseException) -> tuple[grpc.StatusCode, str, str, int]:
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc), exc.field, exc.index
     if isinstance(exc, ConfigError):
         return grpc.StatusCode.INVALID_ARGUMENT, f"config: {exc}", "config", -1
-    if isinstance(exc, asyncio.CancelledError):
-        return grpc.StatusCode.CANCELLED, "cancelled", "", -1
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+    if isinstance(exc, TimeoutError):
         return grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded", "", -1
     log.error("internal error", exc_info=exc)
     return grpc.StatusCode.INTERNAL, "internal error", "", -1
@@ -106,9 +109,9 @@ def rich_status(exc: BaseException) -> grpc.Status:
     return rpc_status.to_status(status)
 
 
-async def abort(context: grpc.aio.ServicerContext, exc: BaseException):
-    """End the call with the status of ``exc`` (never returns)."""
-    await context.abort_with_status(rich_status(exc))
+def abort(context: grpc.ServicerContext, exc: BaseException):
+    """End the call with the status of ``exc`` (never returns: raises the exception gRPC expects)."""
+    context.abort_with_status(rich_status(exc))
 
 
 def frame_error(exc: BaseException) -> frame_pb2.FrameError:

@@ -18,7 +18,7 @@ LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 
 
 class Metrics:
-    """All metrics of a server. Methods are called on the event loop (cheap: a few label lookups)."""
+    """All metrics of a server. Thread-safe (prometheus_client locks); per-frame updates are a few cached children."""
 
     def __init__(self, registry: CollectorRegistry | None = None, process: bool = True):
         self.registry = reg = registry if registry is not None else CollectorRegistry()

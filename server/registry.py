@@ -1,26 +1,30 @@
-"""World registry: named worlds, each with a bounded queue and one worker that applies its work in order.
+"""World registry: named worlds, each taking its work (frames, queries, pair lists) one job at a time.
 
-Every piece of engine work for a world (frames, queries, pair lists) is a job in that world's bounded
-queue. Each world has one worker: at most one of its jobs runs at a time, in the shared thread pool,
-and when it finishes the next one starts. So the event loop never blocks, a world sees its jobs
-strictly in order, and a heavy world never blocks another (each has its own worker; they share the
-pool, sized by ``worker_threads``).
+Every call is served in its own thread of the gRPC server and runs its engine work itself, in that
+thread: a frame is received, applied and answered by the same thread, with no hand-off to another
+thread and back (each hand-off is a thread wake-up, tens to hundreds of microseconds on a loaded
+machine: more than the rest of the service's own cost per frame).
 
-Deadlines and cancellation: a caller that goes away cancels its job's future; a job whose future is
-cancelled before it starts is skipped (a frame is then never applied). A job already running
-finishes (frames are atomic) and its delta still goes to subscribers and metrics.
+A world runs one job at a time, in the order the jobs arrived: a caller first takes a turn in the
+world's line (``WorldRunner.turn``), which is immediate when the world is idle. At most
+``queue_size`` jobs wait; one more is answered RESOURCE_EXHAUSTED. Worlds are independent: a heavy
+world never blocks another.
+
+Deadlines and cancellation: a caller that goes away leaves the line at once (``Caller.cancel``, a
+gRPC termination callback); a job whose caller is gone when its turn comes is skipped (a frame is
+then never applied). A job already running finishes (frames are atomic), and its delta still goes
+to subscribers and metrics. Deleting a world answers its waiting jobs NOT_FOUND; a graceful shutdown
+answers them (``Registry.close``) before the server stops.
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
 import logging
 import re
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +34,7 @@ from sapgrid.v1 import frame_pb2, world_pb2
 
 from . import codec
 from .engine_lock import make_engine_lock
-from .errors import Exhausted, InvalidInput, ShuttingDown, WorldExists, WorldNotFound, outcome
+from .errors import Cancelled, Exhausted, InvalidInput, ShuttingDown, WorldExists, WorldNotFound, outcome
 from .metrics import Metrics
 
 log = logging.getLogger("sapgrid.server")
@@ -39,35 +43,47 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 OCCUPANCY_PERIOD_S = 1.0
 _END = object()
 
-
-@dataclass
-class Job:
-    fn: Callable[[], Any]                     # runs in a worker thread
-    future: asyncio.Future
-    enqueued: float
-    after: Callable[[Any, float], Any] | None = None   # on the loop, with (result, start time): frames only
-    failed: Callable[[BaseException], None] | None = None
-    published: Callable[[Any], None] | None = None     # on the loop, after the caller got the result
-    started: float = 0.0
-    begun: asyncio.Future | None = None     # resolved once the job runs in its thread (or will never run)
+# states of a Turn
+WAITING, GRANTED, CANCELLED, REFUSED = range(4)
 
 
-def _guarded(lock, fn, on_start=None):
-    if on_start is not None:
-        on_start()
-    with lock:
-        return fn()
+class Turn:
+    """One job's place in a world's line."""
+
+    __slots__ = ("event", "state", "error")
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.state = WAITING
+        self.error: BaseException | None = None
 
 
-def _done_future() -> asyncio.Future:
-    fut = asyncio.get_running_loop().create_future()
-    fut.set_result(None)
-    return fut
+class Caller:
+    """The call a job is for: ``active()`` while its client waits; ``cancel`` (the call's termination
+    callback) takes its waiting turn, if any, out of the line.
 
+    One per call, registered once (``context.add_callback``), so a long stream does not add a callback
+    per frame. context None: a caller that never goes away (in-process use, tests).
+    """
 
-def _resolve(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_result(None)
+    __slots__ = ("context", "runner", "turn", "gone")
+
+    def __init__(self, context=None):
+        self.context = context
+        self.runner: WorldRunner | None = None
+        self.turn: Turn | None = None
+        self.gone = False
+        if context is not None and not context.add_callback(self.cancel):
+            self.gone = True                          # already terminated
+
+    def active(self) -> bool:
+        return not self.gone and (self.context is None or self.context.is_active())
+
+    def cancel(self) -> None:
+        self.gone = True
+        runner, turn = self.runner, self.turn
+        if runner is not None and turn is not None:
+            runner._cancel(turn)
 
 
 @dataclass
@@ -80,41 +96,50 @@ class Applied:
 
 
 class Subscriber:
-    """A Subscribe stream's buffer: serialized deltas, then _END; ``dropped`` when it fell too far behind."""
+    """A Subscribe stream's buffer: serialized deltas, then the end; ``dropped`` when it fell too far behind.
+
+    ``offer`` never blocks (the world never waits for a subscriber); ``next`` blocks its own thread.
+    """
 
     def __init__(self, limit: int):
         self.limit = limit
-        self.queue: asyncio.Queue = asyncio.Queue()
         self.dropped = False
+        self._items: deque = deque()
+        self._ended = False
+        self._ready = threading.Condition(threading.Lock())
 
     def offer(self, item) -> None:
-        if self.dropped:
-            return
-        if item is not _END and self.queue.qsize() >= self.limit:
-            self.dropped = True
-            item = _END
-        self.queue.put_nowait(item)
+        with self._ready:
+            if self._ended:
+                return
+            if item is not _END and len(self._items) >= self.limit:
+                self.dropped = True
+                item = _END
+            if item is _END:
+                self._ended = True
+            self._items.append(item)
+            self._ready.notify()
 
-    async def next(self):
-        """The next serialized Delta, or None at the end of the stream."""
-        item = await self.queue.get()
+    def end(self) -> None:
+        self.offer(_END)
+
+    def next(self, timeout: float | None = None):
+        """The next serialized Delta, or None at the end of the stream (or after ``timeout`` seconds)."""
+        with self._ready:
+            if not self._items and not self._ready.wait_for(lambda: self._items, timeout):
+                return None
+            item = self._items.popleft()
         return None if item is _END else item
 
 
 @dataclass
 class WorldRunner:
-    """One world: the engine object, its bounded job queue, subscribers and live counters.
-
-    The "worker" of the world is a chain of jobs: at most one job of the world is in the thread pool at
-    a time; when it finishes (its completion is posted back to the loop), the next queued job starts.
-    This keeps the world's work strictly ordered with a single hop to the pool and back per job.
-    """
+    """One world: the engine object, its line of jobs, subscribers and live counters."""
 
     name: str
     world: Any
     config: Any                       # sapcore.WorldConfig
     expected_objects: int
-    pool: Executor
     metrics: Metrics
     queue_size: int
     subscriber_limit: int
@@ -125,196 +150,209 @@ class WorldRunner:
     objects: int = 0
     pairs: int = 0
     last_stats: world_pb2.FrameStats | None = None
-    subscribers: set = field(default_factory=set)
     closed: bool = False              # no new jobs (deleted, or the server is shutting down)
     deleted: bool = False             # deleted: its metric series are gone
 
     def __post_init__(self):
-        self.loop = asyncio.get_running_loop()
-        self.pending: deque[Job] = deque()      # queued jobs (not running), at most queue_size
-        self.running: Job | None = None
-        self.idle = asyncio.Event()
-        self.idle.set()
+        self._mutex = threading.Lock()           # guards the line, busy, subscribers, closed/deleted
+        self._line: deque[Turn] = deque()        # waiting jobs, oldest first
+        self._busy = False
+        self._idle = threading.Condition(self._mutex)
+        self._subscribers: set[Subscriber] = set()
         self._last_occupancy = -1e9
 
     @property
     def dims(self) -> int:
         return self.config.dims
 
-    # ---- the worker -------------------------------------------------------------------------
-    def _start_next(self) -> None:
-        """Start the oldest queued job whose caller is still waiting (on the loop)."""
-        while self.pending:
-            job = self.pending.popleft()
-            if job.future.cancelled():        # deadline passed or caller gone: never applied
-                _resolve(job.begun)
-                continue
-            self.running = job
-            self.idle.clear()
-            job.started = time.perf_counter()
-            begun = job.begun
-            self.pool.submit(_guarded, self.engine_lock, job.fn,
-                             lambda: self.loop.call_soon_threadsafe(_resolve, begun)).add_done_callback(
-                lambda f, job=job: self.loop.call_soon_threadsafe(self._finish, job, f))
+    @property
+    def pending(self) -> list[Turn]:
+        """The jobs waiting for their turn (a snapshot)."""
+        with self._mutex:
+            return list(self._line)
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscribers)
+
+    # ---- the line ---------------------------------------------------------------------------
+    def _refusal(self) -> BaseException:
+        return WorldNotFound(self.name) if self.deleted else ShuttingDown("server is shutting down")
+
+    @contextlib.contextmanager
+    def turn(self, caller: Caller):
+        """Hold the world for one job (waiting in line if it is busy); yields the seconds waited."""
+        t0 = time.perf_counter()
+        with self._mutex:
+            if self.closed:
+                raise self._refusal()
+            if not self._busy:
+                self._busy = True
+                turn = None
+            else:
+                if len(self._line) >= self.queue_size:
+                    raise Exhausted(f"world {self.name!r}: queue full ({self.queue_size} frames/queries waiting)")
+                turn = Turn()
+                self._line.append(turn)
+                caller.runner, caller.turn = self, turn
+                self._queue_depth()
+        if turn is not None:
+            if caller.gone:                      # went away while we queued it
+                self._cancel(turn)
+            turn.event.wait()
+            caller.runner = caller.turn = None
+            if turn.state == REFUSED:
+                raise turn.error
+            if turn.state == CANCELLED:
+                raise Cancelled("the caller went away before the job started")
+        try:
+            if not caller.active():               # gone between the hand-over and now: never applied
+                raise Cancelled("the caller went away before the job started")
+            yield time.perf_counter() - t0
+        finally:
+            self._next()
+
+    def _next(self) -> None:
+        """The running job is done: hand the world to the oldest waiting job, or go idle."""
+        with self._mutex:
+            if self._line:
+                turn = self._line.popleft()
+                turn.state = GRANTED
+                turn.event.set()
+            else:
+                self._busy = False
+                self._idle.notify_all()
             self._queue_depth()
-            return
-        self.running = None
-        self.idle.set()
-        self._queue_depth()
+
+    def _cancel(self, turn: Turn) -> None:
+        with self._mutex:
+            if turn.state != WAITING:
+                return
+            turn.state = CANCELLED
+            self._line.remove(turn)
+            turn.event.set()
+            self._queue_depth()
 
     def _queue_depth(self) -> None:
-        if not self.deleted:                  # a deleted world's series are gone; never re-create them
-            self.metrics.set_queue_depth(self.name, len(self.pending))
+        """Under the mutex. A deleted world's series are gone; never re-create them."""
+        if not self.deleted:
+            self.metrics.set_queue_depth(self.name, len(self._line))
 
-    def _finish(self, job: Job, f) -> None:
-        """A job's completion, on the loop: results, metrics, subscribers; then the next job."""
-        exc = ShuttingDown("server is shutting down") if f.cancelled() else f.exception()
-        _resolve(job.begun)
-        try:
-            if exc is not None:
-                if job.failed is not None:
-                    job.failed(exc)
-                if not job.future.done():
-                    job.future.set_exception(exc)
-            else:
-                result = f.result()
-                if job.after is not None:
-                    result = job.after(result, job.started)
-                if not job.future.done():
-                    job.future.set_result(result)
-                if job.published is not None:
-                    # After the caller's answer: set_result scheduled the caller first (call_soon is FIFO).
-                    self.loop.call_soon(job.published, result)
-        finally:
-            self._start_next()
-
-    def submit(self, fn: Callable[[], Any], after=None, failed=None, published=None) -> asyncio.Future:
-        """Queue a job; its future gets fn's result (after ``after``). Full queue: RESOURCE_EXHAUSTED."""
-        if self.closed:
-            raise WorldNotFound(self.name)
-        if len(self.pending) >= self.queue_size:
-            raise Exhausted(f"world {self.name!r}: queue full ({self.queue_size} frames/queries waiting)")
-        fut = self.loop.create_future()
-        self.pending.append(Job(fn, fut, time.perf_counter(), after, failed, published, begun=self.loop.create_future()))
-        if self.running is None:
-            self._start_next()
-        else:
-            self._queue_depth()
-        return fut
-
-    def begun(self) -> asyncio.Future:
-        """Resolved once the most recently submitted job has started in its thread (or will never run)."""
-        return self.pending[-1].begun if self.pending else (self.running.begun if self.running else _done_future())
-
-    async def run(self, fn: Callable[[], Any]) -> Any:
+    def run(self, fn: Callable[[], Any], caller: Caller) -> Any:
         """Run a query job in order with the world's frames and return its result."""
-        return await self.submit(fn)
+        with self.turn(caller):
+            with self.engine_lock:
+                return fn()
 
     # ---- frames -----------------------------------------------------------------------------
-    def submit_frame(self, frame, received: float) -> asyncio.Future:
-        """Decode, queue and (later) apply one frame; the future gets its ``Applied`` (Delta message + bytes).
+    def apply(self, frame, received: float, caller: Caller) -> Applied:
+        """Decode, apply and answer one frame; the answer holds the Delta message and its bytes.
 
         frame: a frame_pb2.Frame or a wire.FrameView (bulk fields as memoryviews of the request).
-        Raises (synchronously) for malformed bytes and a full queue; engine refusals come through the future.
+        Every refusal (malformed bytes, full line, engine validation) raises and is counted.
+        Call ``published`` with the result once the caller has its answer.
         """
         try:
             arrays = codec.decode_frame(frame, self.dims)
-        except Exception as exc:
-            self._rejected(exc)
-            raise
-        seq, world, validate = frame.seq, self.world, self.validate
-
-        def work() -> Applied:
-            # In the worker thread: apply, build and serialize the Delta (off the event loop).
-            start = time.perf_counter()
-            delta = world.step(**arrays)
-            if validate:
-                world.validate()
-            self.frames += 1          # only this world's worker runs work(), one at a time
-            msg = codec.delta_message(delta, seq, self.name, self.frames)
-            occupancy = None
-            now = time.perf_counter()
-            if now - self._last_occupancy >= OCCUPANCY_PERIOD_S:
-                self._last_occupancy = now
-                occupancy = np.asarray(world.cell_occupancy())
-            msg.stats.queue_seconds = start - enqueued
-            msg.stats.server_seconds = time.perf_counter() - received
-            return Applied(msg, msg.SerializeToString(), occupancy)
-
-        def after(result: Applied, start: float) -> Applied:
-            stats = result.delta.stats
-            self.objects, self.pairs, self.last_stats = stats.objects, stats.pairs, stats
-            return result
-
-        enqueued = time.perf_counter()
-        try:
-            return self.submit(work, after, self._rejected, self._published)
+            with self.turn(caller) as waited:
+                start = time.perf_counter()
+                with self.engine_lock:
+                    delta = self.world.step(**arrays)
+                    if self.validate:
+                        self.world.validate()
+                self.frames += 1
+                msg = codec.delta_message(delta, frame.seq, self.name, self.frames)
+                stats = msg.stats
+                self.objects, self.pairs, self.last_stats = stats.objects, stats.pairs, stats
+                occupancy = None
+                if start - self._last_occupancy >= OCCUPANCY_PERIOD_S:
+                    self._last_occupancy = start
+                    with self.engine_lock:
+                        occupancy = np.asarray(self.world.cell_occupancy())
+                stats.queue_seconds = waited
+                stats.server_seconds = time.perf_counter() - received
+                applied = Applied(msg, msg.SerializeToString(), occupancy)
+                if self._subscribers:             # in frame order: still holding the world
+                    with self._mutex:
+                        for sub in self._subscribers:
+                            sub.offer(applied.raw)
+                return applied
         except Exception as exc:
             self._rejected(exc)
             raise
 
-    def _published(self, result: Applied) -> None:
-        if not self.deleted:
-            self.metrics.frame_applied(self.name, result.delta.stats)
-            if result.occupancy is not None:
-                self.metrics.set_occupancy(self.name, result.occupancy)
-        for sub in list(self.subscribers):
-            sub.offer(result.raw)
+    def published(self, applied: Applied) -> None:
+        """Metrics of an applied frame (after its answer is on its way: off the round trip)."""
+        with self._mutex:
+            if not self.deleted:
+                self.metrics.frame_applied(self.name, applied.delta.stats)
+                if applied.occupancy is not None:
+                    self.metrics.set_occupancy(self.name, applied.occupancy)
 
     def _rejected(self, exc: BaseException) -> None:
-        self.rejected += 1
-        self.metrics.frame_rejected(None if self.deleted else self.name, outcome(exc))
+        with self._mutex:
+            self.rejected += 1
+            self.metrics.frame_rejected(None if self.deleted else self.name, outcome(exc))
 
     # ---- subscribers, stats, lifecycle ------------------------------------------------------
     def subscribe(self) -> Subscriber:
-        if self.closed:
-            raise WorldNotFound(self.name)
-        sub = Subscriber(self.subscriber_limit)
-        self.subscribers.add(sub)
-        self.metrics.set_subscribers(self.name, len(self.subscribers))
+        with self._mutex:
+            if self.closed:
+                raise self._refusal()
+            sub = Subscriber(self.subscriber_limit)
+            self._subscribers.add(sub)
+            self.metrics.set_subscribers(self.name, len(self._subscribers))
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
-        self.subscribers.discard(sub)
-        if not self.deleted:
-            self.metrics.set_subscribers(self.name, len(self.subscribers))
+        with self._mutex:
+            self._subscribers.discard(sub)
+            if not self.deleted:
+                self.metrics.set_subscribers(self.name, len(self._subscribers))
 
     def info(self) -> world_pb2.WorldInfo:
         stats = world_pb2.WorldStats(objects=self.objects, pairs=self.pairs, frames=self.frames,
-                                     frames_rejected=self.rejected, queue_depth=len(self.pending),
-                                     subscribers=len(self.subscribers))
-        if self.last_stats is not None:
-            stats.last_frame.CopyFrom(self.last_stats)
+                                     frames_rejected=self.rejected, queue_depth=len(self._line),
+                                     subscribers=len(self._subscribers))
+        last = self.last_stats
+        if last is not None:
+            stats.last_frame.CopyFrom(last)
         return world_pb2.WorldInfo(name=self.name, config=codec.config_message(self.config, self.expected_objects),
                                    stats=stats)
 
-    def close(self) -> None:
-        """Deleted: queued jobs fail with NOT_FOUND, subscribers' streams end (a running job finishes)."""
-        self.closed = self.deleted = True
-        while self.pending:
-            job = self.pending.popleft()
-            _resolve(job.begun)
-            if not job.future.done():
-                job.future.set_exception(WorldNotFound(self.name))
-        for sub in list(self.subscribers):
-            sub.offer(_END)
+    def _refuse_waiting(self) -> None:
+        """Under the mutex: every waiting job is answered with the world's refusal; subscribers end."""
+        while self._line:
+            turn = self._line.popleft()
+            turn.state, turn.error = REFUSED, self._refusal()
+            turn.event.set()
+        for sub in self._subscribers:
+            sub.end()
 
-    async def drain(self) -> None:
-        """Shutdown: answer every queued job, then stop taking new ones."""
-        self.closed = True
-        while self.running is not None or self.pending:
-            await self.idle.wait()
-        for sub in list(self.subscribers):
-            sub.offer(_END)
+    def delete(self, on_deleted: Callable[[], None]) -> None:
+        """Deleted: waiting jobs fail with NOT_FOUND, subscribers' streams end (a running job finishes).
+        ``on_deleted`` runs under the world's mutex, so no metric of this world is set after it."""
+        with self._mutex:
+            self.closed = self.deleted = True
+            self._refuse_waiting()
+            on_deleted()
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Shutdown: take no new jobs, let the running and waiting ones finish, then end subscribers.
+        False if jobs were still running or waiting after ``timeout`` seconds (the waiting ones are refused)."""
+        with self._mutex:
+            self.closed = True
+            done = self._idle.wait_for(lambda: not self._busy and not self._line, timeout)
+            self._refuse_waiting()
+        return done
 
 
 class Registry:
     """The server's worlds by name."""
 
-    def __init__(self, pool: Executor, metrics: Metrics, *, queue_size: int = 64, subscriber_limit: int = 1024,
+    def __init__(self, metrics: Metrics, *, queue_size: int = 64, subscriber_limit: int = 1024,
                  max_worlds: int = 256, engine_threads: int = 0, validate: bool = False,
                  world_factory: Callable[[Any], Any] | None = None, engine_lock: str = "auto"):
-        self.pool = pool
         self.metrics = metrics
         self.queue_size = queue_size
         self.subscriber_limit = subscriber_limit
@@ -325,6 +363,9 @@ class Registry:
         self.engine_lock = make_engine_lock(engine_lock)
         self.worlds: dict[str, WorldRunner] = {}
         self._pending: set[str] = set()
+        self._mutex = threading.Lock()
+        self._calls_done = threading.Condition(self._mutex)
+        self._frame_calls = 0
         self.closing = False
 
     def get(self, name: str) -> WorldRunner:
@@ -334,46 +375,74 @@ class Registry:
         return runner
 
     def list(self) -> list[WorldRunner]:
-        return [self.worlds[n] for n in sorted(self.worlds)]
+        worlds = dict(self.worlds)
+        return [worlds[n] for n in sorted(worlds)]
 
-    async def create(self, name: str, config_msg: world_pb2.WorldConfig, if_not_exists: bool = False) -> WorldRunner:
-        if self.closing:
-            raise ShuttingDown("server is shutting down")
+    def create(self, name: str, config_msg: world_pb2.WorldConfig, if_not_exists: bool = False) -> WorldRunner:
         if not NAME_RE.match(name):
             raise InvalidInput(f"name: {name!r} is not 1-64 characters of [A-Za-z0-9_.-]", "name")
-        if name in self.worlds or name in self._pending:
-            existing = self.worlds.get(name)
-            if if_not_exists and existing is not None and existing.dims == config_msg.dims:
-                return existing
-            raise WorldExists(f"world {name!r} already exists", "name")
-        if len(self.worlds) + len(self._pending) >= self.max_worlds:
-            raise Exhausted(f"too many worlds (at most {self.max_worlds})", "name")
         config = codec.world_config(config_msg, self.engine_threads)
-        factory = self.world_factory
-        if factory is None:
-            from sapcore import World as factory
-        self._pending.add(name)
+        with self._mutex:
+            if self.closing:
+                raise ShuttingDown("server is shutting down")
+            existing = self.worlds.get(name)
+            if existing is not None or name in self._pending:
+                if if_not_exists and existing is not None and existing.dims == config_msg.dims:
+                    return existing
+                raise WorldExists(f"world {name!r} already exists", "name")
+            if len(self.worlds) + len(self._pending) >= self.max_worlds:
+                raise Exhausted(f"too many worlds (at most {self.max_worlds})", "name")
+            self._pending.add(name)
         try:
-            world = await asyncio.get_running_loop().run_in_executor(
-                self.pool, _guarded, self.engine_lock, functools.partial(factory, config))
+            factory = self.world_factory
+            if factory is None:
+                from sapcore import World as factory
+            with self.engine_lock:
+                world = factory(config)
+            runner = WorldRunner(name, world, config, int(config_msg.expected_objects), self.metrics,
+                                 self.queue_size, self.subscriber_limit, self.validate, self.engine_lock)
+            with self._mutex:
+                self.worlds[name] = runner
+                self.metrics.world_created(name, len(self.worlds))
         finally:
-            self._pending.discard(name)
-        runner = WorldRunner(name, world, config, int(config_msg.expected_objects), self.pool, self.metrics,
-                             self.queue_size, self.subscriber_limit, self.validate, self.engine_lock)
-        self.worlds[name] = runner
-        self.metrics.world_created(name, len(self.worlds))
+            with self._mutex:
+                self._pending.discard(name)
         log.info("world %r created: dims=%d cells=%s", name, config.dims, config.cells)
         return runner
 
     def delete(self, name: str) -> None:
-        runner = self.worlds.pop(name, None)
-        if runner is None:
-            raise WorldNotFound(name)
-        runner.close()
-        self.metrics.world_deleted(name, len(self.worlds))
+        with self._mutex:
+            runner = self.worlds.pop(name, None)
+            if runner is None:
+                raise WorldNotFound(name)
+            count = len(self.worlds)
+        runner.delete(lambda: self.metrics.world_deleted(name, count))
         log.info("world %r deleted", name)
 
-    async def close(self) -> None:
-        """Graceful shutdown: every world answers its queued jobs, then stops."""
-        self.closing = True
-        await asyncio.gather(*(r.drain() for r in self.worlds.values()), return_exceptions=True)
+    @contextlib.contextmanager
+    def frame_call(self):
+        """Held by every call that carries frames (ApplyFrame, StreamFrames) while it is open."""
+        with self._mutex:
+            self._frame_calls += 1
+        try:
+            yield
+        finally:
+            with self._mutex:
+                self._frame_calls -= 1
+                if not self._frame_calls:
+                    self._calls_done.notify_all()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Graceful shutdown (the server takes no new calls): no new worlds; the open frame calls go on
+        until their clients end them (the server cancels them when its grace period ends); then every
+        world finishes its running and waiting jobs, and its subscribers' streams end."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._mutex:
+            self.closing = True
+            if not self._calls_done.wait_for(lambda: not self._frame_calls, timeout):
+                log.warning("frame calls still open at the end of the shutdown grace period")
+            runners = list(self.worlds.values())
+        for r in runners:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not r.drain(left):
+                log.warning("world %r: jobs still running at the end of the shutdown grace period", r.name)

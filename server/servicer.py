@@ -4,7 +4,6 @@ Errors are turned into statuses by ``errors.abort`` / ``errors.frame_error`` onl
 """
 from __future__ import annotations
 
-import asyncio
 import time
 
 import grpc
@@ -18,9 +17,9 @@ from sapgrid.v1 import sapgrid_service_pb2 as pb
 from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
 
 from . import codec, wire
-from .errors import DimsMismatch, InvalidInput, WorldNotFound, abort, frame_error
+from .errors import Cancelled, DimsMismatch, InvalidInput, WorldNotFound, abort, frame_error
 from .metrics import Metrics
-from .registry import Registry
+from .registry import Caller, Registry
 
 DEFAULT_PAGE = 100_000
 MAX_PAGE = 1_000_000
@@ -81,104 +80,86 @@ def _pairs_after(pairs: np.ndarray, token: str) -> int:
 
 
 class SapgridServicer(pb_grpc.SapgridServiceServicer):
-    def __init__(self, registry: Registry, metrics: Metrics, stream_window: int = 32):
+    """Each call runs in its own server thread and does its engine work itself (see registry.py)."""
+
+    def __init__(self, registry: Registry, metrics: Metrics):
         self.registry = registry
         self.metrics = metrics
-        self.stream_window = stream_window
 
     # ---- worlds -----------------------------------------------------------------------------
-    async def CreateWorld(self, request, context):
+    def CreateWorld(self, request, context):
         try:
-            runner = await self.registry.create(request.name, request.config, request.if_not_exists)
+            runner = self.registry.create(request.name, request.config, request.if_not_exists)
         except Exception as exc:
-            await abort(context, exc)
+            abort(context, exc)
         return pb.CreateWorldResponse(world=runner.info())
 
-    async def DeleteWorld(self, request, context):
+    def DeleteWorld(self, request, context):
         try:
             self.registry.delete(request.name)
         except Exception as exc:
-            await abort(context, exc)
+            abort(context, exc)
         return pb.DeleteWorldResponse()
 
-    async def ListWorlds(self, request, context):
+    def ListWorlds(self, request, context):
         return pb.ListWorldsResponse(worlds=[r.info() for r in self.registry.list()])
 
-    async def GetWorld(self, request, context):
+    def GetWorld(self, request, context):
         try:
             return pb.GetWorldResponse(world=self.registry.get(request.name).info())
         except Exception as exc:
-            await abort(context, exc)
+            abort(context, exc)
 
     # ---- frames -----------------------------------------------------------------------------
-    def _submit(self, frame, received: float) -> asyncio.Future:
+    def _runner(self, frame):
         try:
-            runner = self.registry.get(frame.world)
+            return self.registry.get(frame.world)
         except WorldNotFound:
             self.metrics.frame_rejected(None, "not_found")
             raise
-        return runner.submit_frame(frame, received)
 
     # ApplyFrame, StreamFrames and Subscribe are registered with raw-bytes (de)serializers (see
-    # ``add_to_server``): frames are read zero-copy (wire.read_frame) and the Delta, serialized once in
-    # the worker thread, is framed into the response without another pass through protobuf.
-    async def ApplyFrame(self, raw: bytes, context):
+    # ``add_to_server``): frames are read zero-copy (wire.read_frame) and the Delta, serialized once,
+    # is framed into the response without another pass through protobuf.
+    def ApplyFrame(self, raw: bytes, context):
         received = time.perf_counter()
         try:
-            applied = await self._submit(_read(raw), received)
+            with self.registry.frame_call():
+                frame = _read(raw)
+                runner = self._runner(frame)
+                applied = runner.apply(frame, received, Caller(context))
         except Exception as exc:
-            await abort(context, exc)
+            abort(context, exc)
+        runner.published(applied)
         return wire.wrap(1, applied.raw)                          # ApplyFrameResponse.delta
 
-    async def StreamFrames(self, request_iterator, context):
-        # A reader task queues each frame as it arrives (up to stream_window in flight); this
-        # generator answers them in order. A rejected frame gets its error in its own slot.
-        # The reader reads the next frame only once the last one has started in its worker thread:
-        # the loop then goes idle at once, so the engine starts without waiting for the GIL, and the
-        # next frame is still read (and queued) while the engine works on this one.
-        pending: asyncio.Queue = asyncio.Queue(self.stream_window)
-
-        async def read():
-            try:
-                async for raw in request_iterator:
-                    received = time.perf_counter()
-                    seq, begun = 0, None
-                    try:
-                        frame = _read(raw)
-                        seq = frame.seq
-                        fut = self._submit(frame, received)
-                        begun = self.registry.get(frame.world).begun()     # this frame's job (just queued)
-                    except Exception as exc:
-                        fut = exc
-                    await pending.put((seq, fut))
-                    if begun is not None:
-                        await begun
-            finally:
-                pending.put_nowait(None) if not pending.full() else await pending.put(None)
-
-        reader = asyncio.get_running_loop().create_task(read())
-        try:
-            while (item := await pending.get()) is not None:
-                seq, fut = item
-                if isinstance(fut, BaseException):
-                    yield pb.StreamFramesResponse(seq=seq, error=frame_error(fut)).SerializeToString()
-                    continue
+    def StreamFrames(self, request_iterator, context):
+        # Frames are applied in arrival order, each answered before the next is read; frames the
+        # client sends ahead wait in the transport (HTTP/2 flow control is the back-pressure).
+        # A rejected frame gets its error in its own slot and the stream goes on.
+        # A graceful shutdown lets an open stream go on until its client ends it (or the grace period ends).
+        caller = Caller(context)
+        with self.registry.frame_call():
+            for raw in request_iterator:
+                received = time.perf_counter()
+                seq = 0
                 try:
-                    applied = await fut
+                    frame = _read(raw)
+                    seq = frame.seq
+                    runner = self._runner(frame)
+                    applied = runner.apply(frame, received, caller)
+                except Cancelled:
+                    return
                 except Exception as exc:
                     yield pb.StreamFramesResponse(seq=seq, error=frame_error(exc)).SerializeToString()
-                else:
+                    continue
+                try:
                     yield wire.varint_field(1, seq) + wire.wrap(2, applied.raw)   # seq, delta
-            await reader
-        finally:
-            reader.cancel()
-            while not pending.empty():
-                item = pending.get_nowait()
-                if item is not None and isinstance(item[1], asyncio.Future):
-                    item[1].cancel()
+                finally:
+                    runner.published(applied)     # once the answer is sent (or the stream is gone)
 
     # ---- queries ----------------------------------------------------------------------------
-    async def QueryRegion(self, request, context):
+    def QueryRegion(self, request, context):
         try:
             runner = self.registry.get(request.world)
             region = _region(request.region, runner.dims)
@@ -189,11 +170,11 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
                 boxes = codec.boxes_bytes(world.boxes(ids)) if with_boxes and len(ids) else b""
                 return pb.QueryRegionResponse(ids=codec.ids_bytes(ids), boxes=boxes, frame=runner.frames)
 
-            return await runner.run(work)
+            return runner.run(work, Caller(context))
         except Exception as exc:
-            await abort(context, exc)
+            abort(context, exc)
 
-    async def ListPairs(self, request, context):
+    def ListPairs(self, request, context):
         try:
             runner = self.registry.get(request.world)
             size = _page_size(request.page_size, "page_size")
@@ -208,38 +189,39 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
                 return pb.ListPairsResponse(pairs=codec.pairs_bytes(page), next_page_token=nxt,
                                             total_pairs=len(pairs), frame=runner.frames)
 
-            return await runner.run(work)
+            return runner.run(work, Caller(context))
         except Exception as exc:
-            await abort(context, exc)
+            abort(context, exc)
 
-    async def StreamPairs(self, request, context):
+    def StreamPairs(self, request, context):
         try:
             runner = self.registry.get(request.world)
             size = _page_size(request.chunk_size, "chunk_size")
             world = runner.world
-            pairs, frame = await runner.run(lambda: (world.pairs(), runner.frames))
+            pairs, frame = runner.run(lambda: (world.pairs(), runner.frames), Caller(context))
         except Exception as exc:
-            await abort(context, exc)
+            abort(context, exc)
         total = len(pairs)
         for start in range(0, max(total, 1), size):
             yield pb.StreamPairsResponse(pairs=codec.pairs_bytes(pairs[start:start + size]), total_pairs=total,
                                          frame=frame)
 
-    async def Subscribe(self, request, context):
+    def Subscribe(self, request, context):
         try:
             runner = self.registry.get(request.world)
             sub = runner.subscribe()
         except Exception as exc:
-            await abort(context, exc)
+            abort(context, exc)
+        context.add_callback(sub.end)                   # the client went away: wake this thread
         try:
-            while (raw := await sub.next()) is not None:
+            while (raw := sub.next()) is not None:
                 yield wire.wrap(1, raw)                           # SubscribeResponse.delta
         finally:
             runner.unsubscribe(sub)
         if sub.dropped:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"subscriber of world {request.world!r} fell more than "
-                                f"{sub.limit} deltas behind and was dropped")
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"subscriber of world {request.world!r} fell more than "
+                          f"{sub.limit} deltas behind and was dropped")
 
 
 class EchoServicer(echo_grpc.EchoServiceServicer):
@@ -249,9 +231,9 @@ class EchoServicer(echo_grpc.EchoServiceServicer):
     def _reply(payload: bytes, reply_bytes: int) -> bytes:
         return bytes(reply_bytes) if reply_bytes else payload
 
-    async def Echo(self, request, context):
+    def Echo(self, request, context):
         return echo_pb.EchoResponse(payload=self._reply(request.payload, request.reply_bytes))
 
-    async def EchoStream(self, request_iterator, context):
-        async for request in request_iterator:
+    def EchoStream(self, request_iterator, context):
+        for request in request_iterator:
             yield echo_pb.EchoStreamResponse(payload=self._reply(request.payload, request.reply_bytes))

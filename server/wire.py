@@ -1,14 +1,14 @@
 """Zero-copy reading of the hot request messages and pre-serialized hot responses.
 
 The frame RPCs (ApplyFrame, StreamFrames) are registered with raw-bytes (de)serializers, so the
-event loop never runs a full protobuf parse or serialize of a multi-megabyte frame:
+server never runs a full protobuf parse or serialize of a multi-megabyte frame:
 
 * ``read_frame(raw)`` walks the protobuf wire format of ``ApplyFrameRequest`` / ``StreamFramesRequest``
   (both hold the Frame in field 1) and returns a ``FrameView`` whose bulk fields are memoryview slices
   of the received bytes, ready for ``np.frombuffer``. Anything unusual (a field repeated, a wrong wire
   type, a malformed varint) falls back to the regular protobuf parser, which defines the semantics.
 * ``wrap(field, payload)`` frames already-serialized bytes as a length-delimited field, so a Delta
-  serialized once in the worker thread is sent as ApplyFrameResponse / StreamFramesResponse /
+  serialized once is sent as ApplyFrameResponse / StreamFramesResponse /
   SubscribeResponse without another copy through protobuf.
 
 Wire format reference: https://protobuf.dev/programming-guides/encoding/

@@ -120,25 +120,46 @@ def test_full_queue_answers_resource_exhausted(make_server):
         w = worlds[0]
         w.gate.clear()
         runner = srv.app.registry.get("q")
-        with c.stream("q") as s, c.stream("q") as s2, c.stream("q") as s3:
+        with c.stream("q") as s, c.stream("q") as s2, c.stream("q") as s3, c.stream("q") as s4:
             s.send(seq=1, add_ids=[1], add_boxes=[[0, 0, 1, 1]])
             assert w.entered.wait(60)                           # frame 1 is inside step
             s2.send(seq=2, add_ids=[2], add_boxes=[[0, 0, 1, 1]])
             s3.send(seq=3, add_ids=[3], add_boxes=[[0, 0, 1, 1]])
-            while len(runner.pending) < 2:                      # frames 2 and 3 wait in the queue
+            while len(runner.pending) < 2:                      # frames 2 and 3 wait in line
                 time.sleep(0.001)
-            s.send(seq=4, add_ids=[4], add_boxes=[[0, 0, 1, 1]])  # queue (2) full
-            while runner.rejected < 1:                          # frame 4 refused on arrival
-                time.sleep(0.001)
+            s4.send(seq=4, add_ids=[4], add_boxes=[[0, 0, 1, 1]])  # line (2) full
+            with pytest.raises(ResourceExhausted) as ei:        # refused on arrival, in frame 4's slot
+                s4.recv()
+            assert "queue full" in ei.value.message
             w.gate.set()
             assert s.recv().seq == 1
-            with pytest.raises(ResourceExhausted) as ei:        # in frame 4's slot
-                s.recv()
-            assert "queue full" in ei.value.message
             assert s2.recv().seq == 2 and s3.recv().seq == 3
-            assert s.step(add_ids=[4], add_boxes=[[0, 0, 1, 1]]).stats.objects == 4   # stream goes on
+            assert s4.step(add_ids=[4], add_boxes=[[0, 0, 1, 1]]).stats.objects == 4   # stream goes on
         info = c.get_world("q")
         assert info.objects == 4 and info.frames == 4 and info.frames_rejected == 1
+
+
+def test_frames_wait_in_arrival_order(make_server):
+    srv, worlds = _gated_server(make_server)
+    with Client(srv.address) as c:
+        c.create_world("o", CFG)
+        w = worlds[0]
+        w.gate.clear()
+        runner = srv.app.registry.get("o")
+        streams = [c.stream("o") for _ in range(4)]
+        try:
+            streams[0].send(add_ids=[0], add_boxes=[[0, 0, 1, 1]])
+            assert w.entered.wait(60)
+            for i, s in enumerate(streams[1:], 1):               # each queued behind the one before
+                s.send(add_ids=[i], add_boxes=[[0, 0, 1, 1]])
+                while len(runner.pending) < i:
+                    time.sleep(0.001)
+            w.gate.set()
+            frames = [s.recv().frame for s in streams]
+            assert frames == [1, 2, 3, 4]
+        finally:
+            for s in streams:
+                s.close()
 
 
 def test_heavy_world_does_not_block_another(make_server):
@@ -146,7 +167,7 @@ def test_heavy_world_does_not_block_another(make_server):
 
     if threadsafe_layer() is None:
         pytest.skip("numba has no thread-safe layer here: the server serializes engine work (engine_lock)")
-    srv, worlds = _gated_server(make_server, worker_threads=2)
+    srv, worlds = _gated_server(make_server, max_calls=4)
     with Client(srv.address) as c:
         c.create_world("heavy", CFG)
         c.create_world("light", CFG)
@@ -174,8 +195,8 @@ def test_deadline_exceeded_frame_is_not_applied(make_server):
             with pytest.raises(DeadlineExceeded):
                 c.step("d", 2, add_ids=[2], add_boxes=[[0, 0, 1, 1]], timeout=0.2)
             runner = srv.app.registry.get("d")
-            # wait until the server has seen the deadline too (its queued job is cancelled)
-            while not all(job.future.cancelled() for job in list(runner.pending)):
+            # wait until the server has seen the deadline too (the job left the line)
+            while runner.pending:
                 time.sleep(0.001)
             w.gate.set()
             assert first.result(60).stats.objects == 1
@@ -190,19 +211,22 @@ def test_cancelled_stream_frames_are_not_applied(make_server):
         c.create_world("c", CFG)
         w = worlds[0]
         w.gate.clear()
-        s = c.stream("c")
+        runner = srv.app.registry.get("c")
+        s, s2 = c.stream("c"), c.stream("c")
         s.send(add_ids=[1], add_boxes=[[0, 0, 1, 1]])
         assert w.entered.wait(60)
-        runner = srv.app.registry.get("c")
-        s.send(add_ids=[2], add_boxes=[[0, 0, 1, 1]])
+        s.send(add_ids=[3], add_boxes=[[0, 0, 1, 1]])          # sent ahead on the same stream
+        s2.send(add_ids=[2], add_boxes=[[0, 0, 1, 1]])         # waits in line
         while len(runner.pending) < 1:
             time.sleep(0.001)
-        s.close()                                              # client goes away
-        while not all(job.future.cancelled() for job in list(runner.pending)):
+        s.close()                                              # both clients go away
+        s2.close()
+        while runner.pending:                                  # the waiting frame left the line
             time.sleep(0.001)
+        time.sleep(0.2)                                        # the server sees the first stream end too
         w.gate.set()
         d = c.step("c", update_ids=[1], update_boxes=[[0, 0, 2, 2]])
-        assert d.frame == 2 and d.stats.objects == 1           # frame 1 applied (it was running), frame 2 not
+        assert d.frame == 2 and d.stats.objects == 1           # frame 1 applied (it was running), 2 and 3 not
 
 
 def test_deleting_a_world_answers_its_queued_frames(make_server):
@@ -211,18 +235,18 @@ def test_deleting_a_world_answers_its_queued_frames(make_server):
         c.create_world("del", CFG)
         w = worlds[0]
         w.gate.clear()
-        with c.stream("del") as s:
+        with c.stream("del") as s, c.stream("del") as s2:
             s.send(add_ids=[1], add_boxes=[[0, 0, 1, 1]])
             assert w.entered.wait(60)
-            s.send(add_ids=[2], add_boxes=[[0, 0, 1, 1]])
+            s2.send(add_ids=[2], add_boxes=[[0, 0, 1, 1]])
             runner = srv.app.registry.get("del")
             while len(runner.pending) < 1:
                 time.sleep(0.001)
             c.delete_world("del")
+            with pytest.raises(NotFound):                      # the waiting frame is answered at once
+                s2.recv()
             w.gate.set()
             s.recv()                                           # the running frame completes
-            with pytest.raises(NotFound):
-                s.recv()
         c.list_worlds()                                        # a round trip: deferred metric updates ran
         with urllib.request.urlopen(srv.metrics_url, timeout=30) as r:
             assert 'world="del"' not in r.read().decode()      # no series re-created for the deleted world
@@ -259,3 +283,46 @@ def test_engine_lock_auto_detects_a_threadsafe_layer():
     lock = make_engine_lock("auto")
     assert (threadsafe_layer() is None) == hasattr(lock, "acquire")
     assert hasattr(make_engine_lock("on"), "acquire") and not hasattr(make_engine_lock("off"), "acquire")
+
+
+def test_calls_beyond_max_calls_are_refused_and_the_server_lives(make_server):
+    srv = make_server(max_calls=2, default_world="")
+    with Client(srv.address) as c:
+        c.create_world("m", CFG)
+        with c.stream("m") as s, c.stream("m") as s2:       # two open streams hold both call threads
+            s.step(add_ids=[1], add_boxes=[[0, 0, 1, 1]])
+            s2.step(add_ids=[2], add_boxes=[[0, 0, 1, 1]])
+            with pytest.raises(ResourceExhausted):
+                c.get_world("m")
+            assert s.step(update_ids=[1], update_boxes=[[0, 0, 2, 2]]).stats.objects == 2
+        deadline = time.monotonic() + 30                    # the threads are back once the streams end
+        while True:
+            try:
+                assert c.get_world("m").frames == 3
+                break
+            except ResourceExhausted:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+
+
+def test_graceful_stop_serves_open_streams_then_ends_subscriptions(make_server):
+    srv = make_server(default_world="", grace_seconds=60)
+    with Client(srv.address) as c:
+        c.create_world("g", CFG)
+        sub = c.subscribe("g")
+        s = c.stream("g")
+        s.step(add_ids=[1, 2], add_boxes=[[0, 0, 1, 1], [0.5, 0.5, 2, 2]])
+        stopper = threading.Thread(target=srv.stop)
+        stopper.start()
+        while not srv.app.registry.closing:
+            time.sleep(0.001)
+        with pytest.raises(Exception):                      # no new calls while stopping
+            c.create_world("late", CFG)
+        d = s.step(update_ids=[2], update_boxes=[[5, 5, 6, 6]])   # the open stream is still served
+        assert d.deleted.tolist() == [[1, 2]]
+        assert stopper.is_alive()                           # the stop waits for the stream's client
+        s.close()
+        stopper.join(60)
+        assert not stopper.is_alive()
+        got = [x.frame for x in sub]                        # every delta, then the end of the stream
+        assert got == [1, 2]

@@ -1,8 +1,6 @@
 """Without a network: the one error mapping, config, codec and the servicer called directly."""
 from __future__ import annotations
 
-import asyncio
-from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import numpy as np
@@ -24,7 +22,8 @@ from sapgrid.v1 import frame_pb2, sapgrid_service_pb2 as pb, world_pb2
     (errors.WorldExists("x", "name"), grpc.StatusCode.ALREADY_EXISTS, "name", -1),
     (errors.DimsMismatch("3D", "add_boxes"), grpc.StatusCode.FAILED_PRECONDITION, "add_boxes", -1),
     (errors.Exhausted("queue full"), grpc.StatusCode.RESOURCE_EXHAUSTED, "", -1),
-    (asyncio.CancelledError(), grpc.StatusCode.CANCELLED, "", -1),
+    (errors.Cancelled("gone"), grpc.StatusCode.CANCELLED, "", -1),
+    (TimeoutError(), grpc.StatusCode.DEADLINE_EXCEEDED, "", -1),
     (RuntimeError("secret detail"), grpc.StatusCode.INTERNAL, "", -1),
 ])
 def test_error_mapping(exc, code, field, index):
@@ -51,56 +50,107 @@ def test_decode_frame_is_zero_copy_and_checks_lengths():
 
 
 class FakeContext:
-    """Just enough of grpc.aio.ServicerContext for unary handlers."""
+    """Just enough of grpc.ServicerContext for unary handlers."""
 
     def __init__(self):
         self.status = None
+        self.callbacks = []
 
-    async def abort_with_status(self, status):
+    def abort_with_status(self, status):
         self.status = status
         raise grpc.RpcError(status.details)
 
-    async def abort(self, code, details=""):
+    def abort(self, code, details=""):
         self.status = (code, details)
         raise grpc.RpcError(details)
 
+    def add_callback(self, fn):
+        self.callbacks.append(fn)
+        return True
+
+    def is_active(self):
+        return True
+
 
 def test_servicer_without_network():
-    async def main():
-        metrics = Metrics(process=False)
-        with ThreadPoolExecutor(2) as pool:
-            servicer = SapgridServicer(Registry(pool, metrics), metrics)
-            ctx = FakeContext()
-            cfg = world_pb2.WorldConfig(dims=2, bounds=[0, 0, 10, 10], cells=[2, 2])
-            resp = await servicer.CreateWorld(pb.CreateWorldRequest(name="u", config=cfg), ctx)
-            assert resp.world.name == "u" and list(resp.world.config.cells) == [2, 2]
-            req = pb.ApplyFrameRequest(frame=frame_pb2.Frame(
-                world="u", seq=4, add_ids=np.array([1, 2], "<u8").tobytes(),
-                add_boxes=np.array([[0, 0, 1, 1], [1, 1, 2, 2]], "<f4").tobytes()))
-            raw = await servicer.ApplyFrame(req.SerializeToString(), ctx)
-            delta = pb.ApplyFrameResponse.FromString(raw).delta
-            assert delta.seq == 4 and np.frombuffer(delta.created, "<u8").tolist() == [1, 2]
-            with pytest.raises(grpc.RpcError):
-                await servicer.GetWorld(pb.GetWorldRequest(name="nope"), ctx)
-            assert ctx.status.code == grpc.StatusCode.NOT_FOUND
-            listed = await servicer.ListWorlds(pb.ListWorldsRequest(), ctx)
-            assert [w.name for w in listed.worlds] == ["u"] and listed.worlds[0].stats.pairs == 1
-            await servicer.registry.close()
-
-    asyncio.run(main())
+    metrics = Metrics(process=False)
+    servicer = SapgridServicer(Registry(metrics), metrics)
+    ctx = FakeContext()
+    cfg = world_pb2.WorldConfig(dims=2, bounds=[0, 0, 10, 10], cells=[2, 2])
+    resp = servicer.CreateWorld(pb.CreateWorldRequest(name="u", config=cfg), ctx)
+    assert resp.world.name == "u" and list(resp.world.config.cells) == [2, 2]
+    req = pb.ApplyFrameRequest(frame=frame_pb2.Frame(
+        world="u", seq=4, add_ids=np.array([1, 2], "<u8").tobytes(),
+        add_boxes=np.array([[0, 0, 1, 1], [1, 1, 2, 2]], "<f4").tobytes()))
+    raw = servicer.ApplyFrame(req.SerializeToString(), ctx)
+    delta = pb.ApplyFrameResponse.FromString(raw).delta
+    assert delta.seq == 4 and np.frombuffer(delta.created, "<u8").tolist() == [1, 2]
+    with pytest.raises(grpc.RpcError):
+        servicer.GetWorld(pb.GetWorldRequest(name="nope"), ctx)
+    assert ctx.status.code == grpc.StatusCode.NOT_FOUND
+    listed = servicer.ListWorlds(pb.ListWorldsRequest(), ctx)
+    assert [w.name for w in listed.worlds] == ["u"] and listed.worlds[0].stats.pairs == 1
+    servicer.registry.close(5)
+    with pytest.raises(grpc.RpcError):                 # closed: frames are refused, UNAVAILABLE
+        servicer.ApplyFrame(req.SerializeToString(), ctx)
+    assert ctx.status.code == grpc.StatusCode.UNAVAILABLE
 
 
 def test_slow_subscriber_is_dropped_not_blocking():
     from sapgrid.server.registry import Subscriber
 
-    async def main():
-        sub = Subscriber(limit=3)
-        for i in range(10):                      # the world never waits for a subscriber
-            sub.offer(bytes([i]))
-        got = []
-        while (item := await sub.next()) is not None:
-            got.append(item)
-        return sub.dropped, got
+    sub = Subscriber(limit=3)
+    for i in range(10):                      # the world never waits for a subscriber
+        sub.offer(bytes([i]))
+    got = []
+    while (item := sub.next(timeout=5)) is not None:
+        got.append(item)
+    assert sub.dropped and got == [b"\x00", b"\x01", b"\x02"]
 
-    dropped, got = asyncio.run(main())
-    assert dropped and got == [b"\x00", b"\x01", b"\x02"]
+
+def test_a_world_runs_one_job_at_a_time_in_arrival_order():
+    """The line of a world: jobs wait in order, a gone caller's job is skipped, a full line refuses."""
+    import threading
+    import time
+
+    from sapgrid.server.registry import Caller
+
+    metrics = Metrics(process=False)
+    registry = Registry(metrics, queue_size=3)
+    runner = registry.create("l", world_pb2.WorldConfig(dims=2, bounds=[0, 0, 10, 10], cells=[2, 2]))
+    release = threading.Event()
+    order, errors_seen = [], []
+
+    def job(i, caller=None):
+        def work():
+            if i == 0:
+                release.wait(30)
+            order.append(i)
+            return i
+        try:
+            return runner.run(work, caller or Caller())
+        except Exception as exc:
+            errors_seen.append((i, type(exc).__name__))
+
+    first = threading.Thread(target=job, args=(0,))
+    first.start()
+    while not runner._busy:
+        time.sleep(0.001)
+    gone = Caller()
+    threads = []
+    for i, caller in ((1, None), (2, gone), (3, None)):
+        t = threading.Thread(target=job, args=(i, caller))
+        t.start()
+        threads.append(t)
+        while len(runner.pending) < i:
+            time.sleep(0.001)
+    job(4)                                               # line full (3 waiting): refused at once
+    assert errors_seen == [(4, "Exhausted")]
+    gone.cancel()                                        # job 2's caller goes away: it leaves the line
+    assert len(runner.pending) == 2
+    release.set()
+    for t in (first, *threads):
+        t.join(30)
+    assert order == [0, 1, 3]
+    assert sorted(errors_seen) == [(2, "Cancelled"), (4, "Exhausted")]
+    assert not runner._busy and not runner.pending
