@@ -90,15 +90,15 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     """Build (and bind) a server for cfg and create its default world; ``start()`` starts it.
 
     world_factory: callable(sapcore.WorldConfig) -> world (default sapcore.World); a test seam.
-    Every call is served by a thread of its own (at most ``cfg.max_calls`` at once; one more is
+    Every call is served by a thread of its own (at most ``cfg.worker_threads`` at once; one more is
     answered RESOURCE_EXHAUSTED), which also runs the call's engine work: no hand-off per frame.
     """
     metrics = metrics or Metrics()
     registry = Registry(metrics, queue_size=cfg.queue_size, subscriber_limit=cfg.subscriber_queue,
                         max_worlds=cfg.max_worlds, engine_threads=cfg.engine_threads, validate=cfg.validate,
                         world_factory=world_factory, engine_lock=cfg.engine_lock)
-    pool = ThreadPoolExecutor(cfg.max_calls, thread_name_prefix="sapgrid-call")
-    server = grpc.server(pool, options=grpc_options(cfg), maximum_concurrent_rpcs=cfg.max_calls)
+    pool = ThreadPoolExecutor(cfg.worker_threads, thread_name_prefix="sapgrid-call")
+    server = grpc.server(pool, options=grpc_options(cfg), maximum_concurrent_rpcs=cfg.worker_threads)
     add_to_server(SapgridServicer(registry, metrics), server)
     echo_service_pb2_grpc.add_EchoServiceServicer_to_server(EchoServicer(), server)
     health = HealthServicer()

@@ -20,9 +20,9 @@ class ServerConfig:
     metrics_port : Prometheus ``/metrics`` port on the same host as ``metrics_host``; 0 picks a free
         port, -1 disables the metrics endpoint.
     metrics_host : address the metrics HTTP server binds.
-    max_calls : calls served at once; each runs in a thread of its own, which also does its engine
-        work (an open stream or subscription holds its thread while open). One more call is answered
-        RESOURCE_EXHAUSTED.
+    worker_threads : threads serving calls, so calls served at once: each call runs in a worker thread of
+        its own, which also does the call's engine work (an open stream or subscription holds its thread
+        while open). One more call is answered RESOURCE_EXHAUSTED.
     engine_threads : numba threads per world for the parallel cell apply (0: numba default).
     max_message_bytes : largest gRPC message accepted or sent, both directions (a 100k-object frame
         is ~3 MB).
@@ -41,7 +41,7 @@ class ServerConfig:
     listen: str = "127.0.0.1:50051"
     metrics_port: int = 9464
     metrics_host: str = "127.0.0.1"
-    max_calls: int = 256
+    worker_threads: int = 256
     engine_threads: int = 0
     max_message_bytes: int = 64 * MIB
     queue_size: int = 64
@@ -61,8 +61,8 @@ class ServerConfig:
             raise ValueError(f"engine_lock must be auto, on or off, got {self.engine_lock!r}")
         if ":" not in self.listen:
             raise ValueError(f"listen must be HOST:PORT, got {self.listen!r}")
-        if not 2 <= self.max_calls <= 4096:
-            raise ValueError("max_calls must be in [2, 4096]")
+        if not 2 <= self.worker_threads <= 4096:
+            raise ValueError("worker_threads must be in [2, 4096]")
         if not 4 * 1024 <= self.max_message_bytes <= 2**31 - 1:
             raise ValueError("max_message_bytes must be in [4 KiB, 2 GiB)")
         for name in ("queue_size", "subscriber_queue", "max_worlds"):
@@ -90,7 +90,7 @@ _HELP = {
     "listen": "gRPC listen address HOST:PORT (default 127.0.0.1:50051; port 0 = free port)",
     "metrics_port": "Prometheus /metrics port (default 9464; 0 = free port, -1 = off)",
     "metrics_host": "address of the metrics HTTP server (default 127.0.0.1)",
-    "max_calls": "calls served at once, a thread each; an open stream holds one (default 256)",
+    "worker_threads": "threads serving calls, one per call, which run its engine work; an open stream holds one (default 256)",
     "engine_threads": "numba threads per world for the cell apply (default 0 = numba default)",
     "max_message_bytes": "largest gRPC message, both directions (default 64 MiB)",
     "queue_size": "frames/queries waiting per world before RESOURCE_EXHAUSTED (default 64)",

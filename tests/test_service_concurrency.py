@@ -167,7 +167,7 @@ def test_heavy_world_does_not_block_another(make_server):
 
     if threadsafe_layer() is None:
         pytest.skip("numba has no thread-safe layer here: the server serializes engine work (engine_lock)")
-    srv, worlds = _gated_server(make_server, max_calls=4)
+    srv, worlds = _gated_server(make_server, worker_threads=4)
     with Client(srv.address) as c:
         c.create_world("heavy", CFG)
         c.create_world("light", CFG)
@@ -285,8 +285,8 @@ def test_engine_lock_auto_detects_a_threadsafe_layer():
     assert hasattr(make_engine_lock("on"), "acquire") and not hasattr(make_engine_lock("off"), "acquire")
 
 
-def test_calls_beyond_max_calls_are_refused_and_the_server_lives(make_server):
-    srv = make_server(max_calls=2, default_world="")
+def test_calls_beyond_the_worker_threads_are_refused_and_the_server_lives(make_server):
+    srv = make_server(worker_threads=2, default_world="")
     with Client(srv.address) as c:
         c.create_world("m", CFG)
         with c.stream("m") as s, c.stream("m") as s2:       # two open streams hold both call threads
