@@ -96,7 +96,7 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     metrics = metrics or Metrics()
     registry = Registry(metrics, queue_size=cfg.queue_size, subscriber_limit=cfg.subscriber_queue,
                         max_worlds=cfg.max_worlds, engine_threads=cfg.engine_threads, validate=cfg.validate,
-                        world_factory=world_factory, engine_lock=cfg.engine_lock)
+                        world_factory=world_factory)
     pool = ThreadPoolExecutor(cfg.worker_threads, thread_name_prefix="sapgrid-call")
     server = grpc.server(pool, options=grpc_options(cfg), maximum_concurrent_rpcs=cfg.worker_threads)
     add_to_server(SapgridServicer(registry, metrics), server)

@@ -34,8 +34,6 @@ class ServerConfig:
     grace_seconds : how long a graceful shutdown waits for in-flight calls and queued frames.
     keepalive_seconds : server keepalive ping interval (fit for long streams behind load balancers).
     validate : call World.validate() after every frame (slow; for debugging).
-    engine_lock : "auto" serializes engine work across worlds only when numba has no thread-safe
-        threading layer (see server/engine_lock.py); "on" always, "off" never.
     """
 
     listen: str = "127.0.0.1:50051"
@@ -54,11 +52,8 @@ class ServerConfig:
     grace_seconds: float = 10.0
     keepalive_seconds: float = 30.0
     validate: bool = False
-    engine_lock: str = "auto"
 
     def __post_init__(self):
-        if self.engine_lock not in ("auto", "on", "off"):
-            raise ValueError(f"engine_lock must be auto, on or off, got {self.engine_lock!r}")
         if ":" not in self.listen:
             raise ValueError(f"listen must be HOST:PORT, got {self.listen!r}")
         if not 2 <= self.worker_threads <= 4096:
@@ -103,7 +98,6 @@ _HELP = {
     "grace_seconds": "graceful shutdown: wait this long for in-flight calls (default 10)",
     "keepalive_seconds": "server keepalive ping interval (default 30)",
     "validate": "validate the world's invariants after every frame (slow)",
-    "engine_lock": "serialize engine work across worlds: auto (if numba lacks tbb/omp), on, off",
 }
 
 

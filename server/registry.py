@@ -33,7 +33,6 @@ import numpy as np
 from sapgrid.v1 import frame_pb2, world_pb2
 
 from . import codec
-from .engine_lock import make_engine_lock
 from .errors import Cancelled, Exhausted, InvalidInput, ShuttingDown, WorldExists, WorldNotFound, outcome
 from .metrics import Metrics
 
@@ -144,7 +143,6 @@ class WorldRunner:
     queue_size: int
     subscriber_limit: int
     validate: bool = False
-    engine_lock: Any = field(default_factory=contextlib.nullcontext)   # see engine_lock.py
     frames: int = 0
     rejected: int = 0
     objects: int = 0
@@ -241,8 +239,7 @@ class WorldRunner:
     def run(self, fn: Callable[[], Any], caller: Caller) -> Any:
         """Run a query job in order with the world's frames and return its result."""
         with self.turn(caller):
-            with self.engine_lock:
-                return fn()
+            return fn()
 
     # ---- frames -----------------------------------------------------------------------------
     def apply(self, frame, received: float, caller: Caller) -> Applied:
@@ -256,10 +253,9 @@ class WorldRunner:
             arrays = codec.decode_frame(frame, self.dims)
             with self.turn(caller) as waited:
                 start = time.perf_counter()
-                with self.engine_lock:
-                    delta = self.world.step(**arrays)
-                    if self.validate:
-                        self.world.validate()
+                delta = self.world.step(**arrays)
+                if self.validate:
+                    self.world.validate()
                 self.frames += 1
                 msg = codec.delta_message(delta, frame.seq, self.name, self.frames)
                 stats = msg.stats
@@ -267,8 +263,7 @@ class WorldRunner:
                 occupancy = None
                 if start - self._last_occupancy >= OCCUPANCY_PERIOD_S:
                     self._last_occupancy = start
-                    with self.engine_lock:
-                        occupancy = np.asarray(self.world.cell_occupancy())
+                    occupancy = np.asarray(self.world.cell_occupancy())
                 stats.queue_seconds = waited
                 stats.server_seconds = time.perf_counter() - received
                 applied = Applied(msg, msg.SerializeToString(), occupancy)
@@ -352,7 +347,7 @@ class Registry:
 
     def __init__(self, metrics: Metrics, *, queue_size: int = 64, subscriber_limit: int = 1024,
                  max_worlds: int = 256, engine_threads: int = 0, validate: bool = False,
-                 world_factory: Callable[[Any], Any] | None = None, engine_lock: str = "auto"):
+                 world_factory: Callable[[Any], Any] | None = None):
         self.metrics = metrics
         self.queue_size = queue_size
         self.subscriber_limit = subscriber_limit
@@ -360,7 +355,6 @@ class Registry:
         self.engine_threads = engine_threads
         self.validate = validate
         self.world_factory = world_factory
-        self.engine_lock = make_engine_lock(engine_lock)
         self.worlds: dict[str, WorldRunner] = {}
         self._pending: set[str] = set()
         self._mutex = threading.Lock()
@@ -397,10 +391,9 @@ class Registry:
             factory = self.world_factory
             if factory is None:
                 from sapcore import World as factory
-            with self.engine_lock:
-                world = factory(config)
+            world = factory(config)
             runner = WorldRunner(name, world, config, int(config_msg.expected_objects), self.metrics,
-                                 self.queue_size, self.subscriber_limit, self.validate, self.engine_lock)
+                                 self.queue_size, self.subscriber_limit, self.validate)
             with self._mutex:
                 self.worlds[name] = runner
                 self.metrics.world_created(name, len(self.worlds))
