@@ -1,7 +1,7 @@
 """numba settings shared by every sapcore kernel (one place, as stumpy's config.py).
 
 Kernels are compiled once and cached on disk (``cache=True``); they release the GIL (``nogil=True``)
-so the server's event loop and other worlds keep running while a frame is applied. No kernel takes a
+so the server's other calls and worlds keep running while a frame is applied. No kernel takes a
 callback, so every one of them can be cached.
 """
 import os

@@ -32,13 +32,14 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 
-# numba's thread-safe OpenMP layer needs libgomp (absent on minimal Debian); without it the server
-# serializes engine work across worlds. Best effort: only as root with apt, never fatal.
+# numba's OpenMP threading layer (the one the engine is tuned with: workers wait passively) needs
+# libgomp (absent on minimal Debian); without it numba falls back to its workqueue layer, which works
+# too. Best effort: only as root with apt, never fatal.
 if ! ldconfig -p 2>/dev/null | grep -q 'libgomp\.so\.1'; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing libgomp1 (apt) for numba's OpenMP threading layer"
     (export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq libgomp1) \
-      || echo "setup: could not install libgomp1; continuing (engine work of different worlds is serialized)"
+      || echo "setup: could not install libgomp1; continuing with numba's workqueue threading layer"
   fi
 fi
 
