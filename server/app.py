@@ -62,6 +62,7 @@ class App:
     health: HealthServicer
     registry: Registry
     metrics: Metrics
+    pool: ThreadPoolExecutor
     metrics_port: int = -1
 
     @property
@@ -84,6 +85,7 @@ class App:
         self.registry.close(grace + 5.0)           # open frame calls end, worlds finish their jobs
         stopped.wait(10.0)
         self.metrics.stop_http()
+        self.pool.shutdown(wait=False)
 
 
 def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | None = None) -> App:
@@ -111,7 +113,7 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     if cfg.default_world:
         registry.create(cfg.default_world, world_pb2.WorldConfig(
             dims=cfg.default_world_dims, bounds=cfg.default_world_bounds, cells=cfg.default_world_cells))
-    return App(cfg, server, port, health, registry, metrics)
+    return App(cfg, server, port, health, registry, metrics, pool)
 
 
 def serve(cfg: ServerConfig, ready=None) -> int:
