@@ -411,7 +411,13 @@ class World:
         # updates usually come in the order of the last frame's: their handles follow that list (the
         # same list again, a client that sends every object every frame, costs one comparison)
         lookups, known, row_of = 0, 1, _NO_ROW_OF
-        listed = nu > 0 and nu == self._last_ids.shape[0] and np.array_equal(upd, self._last_ids)
+        listed = still = False
+        if nu and nu == self._last_ids.shape[0]:
+            if self._last_boxes is not None:    # ids and boxes by row in one pass; still: every box equal
+                r = kval.list_repeats(upd, self._last_ids, upd_boxes.reshape(-1), self._last_boxes.reshape(-1))
+                listed, still = r != kval.LIST_OTHER, r == kval.LIST_STILL
+            else:
+                listed = np.array_equal(upd, self._last_ids)
         if listed:
             upd_h = self._last_h        # shared, read only: a new list replaces it, never writes into it
         elif nu:
@@ -427,8 +433,12 @@ class World:
                                                   self._obj_lastpos, self._obj_flag) else 0
         else:
             upd_h = _NO_HANDLES
-        code, which, index = kval.frame_check_ids(self._idk, self._idv, rem, upd, add, rem_h, upd_h,
-                                                  self._obj_flag, known)
+        # (known == 1 without removes or adds: the updates are the last list's live, distinct objects, or
+        # none; there is nothing to check)
+        code = which = index = 0
+        if nr or na or known != 1:
+            code, which, index = kval.frame_check_ids(self._idk, self._idv, rem, upd, add, rem_h, upd_h,
+                                                      self._obj_flag, known)
         if code:
             field = ("remove_ids", "update_ids", "add_ids")[which]
             idv = (rem, upd, add)[which][index]
@@ -439,15 +449,17 @@ class World:
         # every update's handle is known: a box equal to the stored one is marked (same = 2) and needs
         # no check. The stored boxes are read from the last list's rows where it has them (the same
         # list: row by row; else at the positions found along it), else from the per-object array
+        # (every object of the last list sent again with its box, ``still``: no box to check, and the
+        # marks are read only by the phases after the early return below, reached with removes or adds)
         rows = _NO_ROWS if self._last_boxes is None else self._last_boxes
         row_boxes = self._last_boxes if listed else None
-        same = np.empty(nu, np.uint8)
         moving = 0                  # updates whose box changes
+        if still:
+            same = np.full(nu, 2, np.uint8) if nr or na else _NO_SAME
+        else:
+            same = np.empty(nu, np.uint8)
         with _PARALLEL_LOCK:
-            if row_boxes is not None and np.array_equal(upd_boxes[:64], row_boxes[:64]) and np.array_equal(
-                    upd_boxes, row_boxes):
-                same.fill(2)        # every object sent again with its box: a still frame
-            elif nu:
+            if nu and not still:
                 self._threads(nu)
                 self._raise_bad_box("update_boxes", *kval.boxes_check(
                     upd_boxes, self.dims, self._coord_limit32, self._obj_box, upd_h, same, rows,

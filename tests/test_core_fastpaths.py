@@ -312,3 +312,64 @@ def test_a_repeated_list_keeps_its_boxes_by_row(twin):
     assert t.world._last_boxes is None                      # a shuffled list: every id looked up, no rows
     t.step(remove_ids=every[perm][:5])
     assert t.world._last_boxes is None and t.world._last_ids.shape[0] == 0
+
+
+def test_a_repeated_list_is_still_only_when_every_id_and_box_repeats(twin):
+    """A frame listing the last frame's ids in the same order is compared with it (ids, and boxes by row)
+    in one pass, block by block: a still frame changes nothing and skips the box check. A change in a
+    single coordinate of any row (first, at a block edge, the very last), a NaN or an infinity in an
+    otherwise repeated frame, or one id replaced in the last row must each be seen; -0.0 for +0.0 in the
+    last row is no change. Still frames with removes or adds apply those."""
+    t, rng, ids, boxes = twin
+    boxes = boxes.copy()
+    boxes[N - 1] = [1.0, 0.0, 2.0, 1.5]
+    for _ in range(2):                                          # the second frame keeps the rows
+        t.step(update_ids=ids, update_boxes=boxes)
+    assert t.world._last_boxes is not None
+    for row in (0, 1023, 1024, N - 1):                          # one coordinate, just above the stored one
+        for col in (0, 3):
+            b = boxes.copy()
+            b[row, col] = np.nextafter(b[row, col], np.float32(np.inf))
+            d = t.step(update_ids=ids, update_boxes=b)
+            assert d.stats.cells_touched > 0, (row, col)
+            d = t.step(update_ids=ids, update_boxes=boxes)       # and back
+            assert d.stats.cells_touched > 0, (row, col)
+    signed = boxes.copy()
+    signed[N - 1, 1] = np.float32(-0.0)
+    d = t.step(update_ids=ids, update_boxes=signed)             # -0.0 == +0.0: still
+    assert d.stats.cells_touched == 0 and len(d.created) == len(d.deleted) == 0
+    d = t.step(update_ids=ids, update_boxes=boxes.astype(np.float64))   # float64 input, same values
+    assert d.stats.cells_touched == 0
+    for row, col, v in ((N - 1, 2, np.nan), (N - 1, 0, np.inf), (1024, 1, np.nan), (0, 3, -np.inf)):
+        bad = boxes.copy()
+        bad[row, col] = v
+        with pytest.raises(FrameError) as e:
+            t.world.step(update_ids=ids, update_boxes=bad)
+        assert (e.value.field, e.value.index) == ("update_boxes", row)
+        t.check_state()
+    with pytest.raises(FrameError) as e:                        # removing a listed object it updates
+        t.world.step(update_ids=ids, update_boxes=boxes, remove_ids=ids[N - 1:])
+    assert (e.value.field, e.value.index) == ("update_ids", N - 1)
+    t.check_state()
+    new = np.arange(10**6, 10**6 + 4, dtype=np.uint64)         # a still list with adds
+    d = t.step(update_ids=ids, update_boxes=boxes, add_ids=new, add_boxes=boxes[:4])
+    assert len(d.created) > 0
+    ids = np.concatenate([ids, new])
+    boxes = np.concatenate([boxes, boxes[:4]])
+    d = t.step(update_ids=ids, update_boxes=boxes)              # the list with the adds appended: still
+    assert d.stats.cells_touched == 0
+    # the same list but for one object in the last row (its box is the row's stored one): not the list,
+    # so that object moves to the box its row held
+    part_ids, part_boxes = ids[:-1], boxes[:-1]
+    for _ in range(2):
+        t.step(update_ids=part_ids, update_boxes=part_boxes)
+    assert t.world._last_boxes is not None and t.world._last_ids.shape[0] == len(part_ids)
+    other = part_ids.copy()
+    other[-1] = ids[-1]
+    d = t.step(update_ids=other, update_boxes=part_boxes)
+    assert d.stats.cells_touched > 0
+    d = t.step(update_ids=other, update_boxes=part_boxes)         # now the list, repeated: still
+    assert d.stats.cells_touched == 0
+    d = t.step(update_ids=other, update_boxes=part_boxes, remove_ids=ids[-2:-1])   # still, with a remove
+    assert len(d.deleted) > 0
+    t.check_state()
