@@ -106,6 +106,15 @@ def _as_ids(x, field):
     return np.ascontiguousarray(a, np.uint64)
 
 
+def _list_ids(a, b):
+    """The ids of an update list, ``a`` then ``b``: uint32 when they all fit (a repeated list is compared
+    with it every frame, a memory-bound pass: 4 bytes an id fewer to read), else uint64."""
+    out = np.empty(a.shape[0] + b.shape[0], np.uint32)
+    if kval.narrow_ids(a, b, out):
+        return out
+    return np.concatenate([a, b]).astype(np.uint64, copy=False)
+
+
 class World:
     """One named world of the service: a multi-SAP grid. See the module docstring."""
 
@@ -161,8 +170,9 @@ class World:
         self._g_cnt = np.zeros(_WORLD_SHARDS * 8, np.int32)
         self._g_n = np.zeros(_WORLD_SHARDS, np.int64)
         self._gn = 0
-        # Workspace: event buffer, reused between frames; ids and handles of the last frame's updates
-        # (see _remember_order) and, while frames keep listing the same objects, their boxes by row
+        # Workspace: event buffer, reused between frames; ids (uint32 when they fit, see _list_ids) and
+        # handles of the last frame's updates (see _remember_order) and, while frames keep listing the
+        # same objects, their boxes by row
         self._last_ids, self._last_h = _NO_IDS, _NO_HANDLES
         self._last_boxes = None
         self._scratch_ev = np.empty(1024, np.uint64)
@@ -631,7 +641,7 @@ class World:
                     return _NO_ROWS, 0
                 return self._last_boxes, 1
             keep_rows = 4 * lookups <= n_upd
-            self._last_ids = np.concatenate([upd, add])     # a copy: the caller's arrays are not kept
+            self._last_ids = _list_ids(upd, add)            # a copy: the caller's arrays are not kept
             self._last_h = np.concatenate([upd_h, add_h])
             if deferred:
                 self._last_boxes = np.empty((n_upd + n_add, 2 * self.dims), np.float32) if keep_rows else None
@@ -642,7 +652,7 @@ class World:
             self._last_ids, self._last_h, self._last_boxes = _NO_IDS, _NO_HANDLES, None
         elif n_add:
             old = self._last_ids.shape[0]
-            self._last_ids = np.concatenate([self._last_ids, add])
+            self._last_ids = _list_ids(self._last_ids, add)
             self._last_h = np.concatenate([self._last_h, add_h])
             if self._last_boxes is not None:
                 self._last_boxes = np.concatenate([self._last_boxes, add_boxes])

@@ -373,3 +373,41 @@ def test_a_repeated_list_is_still_only_when_every_id_and_box_repeats(twin):
     d = t.step(update_ids=other, update_boxes=part_boxes, remove_ids=ids[-2:-1])   # still, with a remove
     assert len(d.deleted) > 0
     t.check_state()
+
+
+def test_repeated_lists_of_small_and_large_ids():
+    """The world keeps the last update list's ids as uint32 while they all fit, else as uint64. An id
+    that differs from the listed one only above bit 31 is another id; lists holding ids of 2**32 and more
+    (from the start, or appended by adds) repeat, and are found still, as any other."""
+    cfg = WorldConfig(dims=2, bounds=(0.0, 0.0, 60.0, 60.0), cells=(8, 8), threads=2)
+    rng = np.random.default_rng(3)
+    small = np.arange(N, dtype=np.uint64) * 5 + 7
+    for ids in (small, small + np.uint64(1 << 32), np.concatenate([small[:-1], [np.uint64(2**64 - 1)]])):
+        t = Twin(cfg, queries_per_frame=1)
+        boxes = _boxes(rng, N)
+        t.step(add_ids=ids, add_boxes=boxes)
+        for _ in range(2):
+            t.step(update_ids=ids, update_boxes=boxes)
+        assert t.world._last_ids.dtype == (np.uint32 if ids.max() < 2**32 else np.uint64)
+        d = t.step(update_ids=ids, update_boxes=boxes)
+        assert d.stats.cells_touched == 0
+        high = ids.copy()
+        high[-1] ^= np.uint64(1 << 32)                         # the same low 32 bits: an unknown id
+        with pytest.raises(FrameError) as e:
+            t.world.step(update_ids=high, update_boxes=boxes)
+        assert (e.value.field, e.value.index) == ("update_ids", N - 1)
+        t.check_state()
+        moved = _move(rng, boxes, frac=0.2)
+        t.step(update_ids=ids, update_boxes=moved)
+        big = np.array([2**33 + 1, 2**40], np.uint64)           # adds of large ids append to the list
+        t.step(add_ids=big, add_boxes=_boxes(rng, 2))
+        assert t.world._last_ids.dtype == np.uint64
+        every = np.concatenate([ids, big])
+        eb = t.world.boxes(every)
+        d = t.step(update_ids=every, update_boxes=eb)
+        d = t.step(update_ids=every, update_boxes=eb)
+        assert d.stats.cells_touched == 0
+        eb[-1, 2] += 1.0
+        d = t.step(update_ids=every, update_boxes=eb)
+        assert d.stats.cells_touched > 0
+        t.check_state()

@@ -113,7 +113,7 @@ def list_repeats(ids, last_ids, boxes, last_boxes):
     """Does a frame's update list repeat the last frame's, and with the same boxes? One pass over the
     four arrays, block by block (serial: at 100k objects a parallel launch costs more than it saves).
 
-    ``ids``, ``last_ids``: uint64 [K]; ``boxes``, ``last_boxes``: float32 [K * 2*dims], the rows of the
+    ``ids``: uint64 [K], ``last_ids``: uint64 or uint32 [K]; ``boxes``, ``last_boxes``: float32 [K * 2*dims], the rows of the
     frame's update boxes and of the boxes kept by row for the last list, flat. Boxes are compared as
     floats: -0.0 equals +0.0, and a NaN equals nothing, so a frame found still holds only boxes that
     were valid when stored. Returns LIST_OTHER (stops at the first block whose ids differ), LIST_SAME
@@ -223,6 +223,21 @@ def ids_distinct_listed(rem_h, upd_h, looked, n_looked, hit, last_h, last_pos, m
     for i in range(done):
         mark[rem_h[i] if i < nr else upd_h[looked[i - nr]]] = 0
     return ok
+
+
+@njit(**NJIT)
+def narrow_ids(a, b, out):
+    """out = a then b (uint64 ids, or uint32) as uint32, if every id fits; False at the first that does
+    not (``out`` then partly written)."""
+    na = a.shape[0]
+    big = np.uint64(0)
+    for i in range(na):
+        big |= np.uint64(a[i])
+        out[i] = np.uint32(a[i])
+    for i in range(b.shape[0]):
+        big |= np.uint64(b[i])
+        out[na + i] = np.uint32(b[i])
+    return big <= np.uint64(0xFFFFFFFF)
 
 
 @njit(**NJIT)
