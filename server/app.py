@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from sapgrid.v1 import echo_service_pb2, echo_service_pb2_grpc, sapgrid_service_pb2
 from sapgrid.v1 import world_pb2
 
+from .admission import RESERVED_THREADS, Admission
 from .config import ServerConfig
 from .metrics import Metrics
 from .registry import Registry
@@ -92,15 +93,24 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     """Build (and bind) a server for cfg and create its default world; ``start()`` starts it.
 
     world_factory: callable(sapcore.WorldConfig) -> world (default sapcore.World); a test seam.
-    Every call is served by a thread of its own (at most ``cfg.worker_threads`` at once; one more is
-    answered RESOURCE_EXHAUSTED), which also runs the call's engine work: no hand-off per frame.
+    Every call is served by a thread of its own, which also runs the call's engine work: no hand-off
+    per frame. Long calls (streams, subscriptions, frame and query calls) take one of
+    ``cfg.worker_threads`` slots (one more is answered RESOURCE_EXHAUSTED); ``RESERVED_THREADS`` more
+    threads serve only short calls, so a health check is answered however many streams are open
+    (admission.py).
     """
     metrics = metrics or Metrics()
     registry = Registry(metrics, queue_size=cfg.queue_size, subscriber_limit=cfg.subscriber_queue,
                         max_worlds=cfg.max_worlds, engine_threads=cfg.engine_threads, validate=cfg.validate,
                         world_factory=world_factory)
-    pool = ThreadPoolExecutor(cfg.worker_threads, thread_name_prefix="sapgrid-call")
-    server = grpc.server(pool, options=grpc_options(cfg), maximum_concurrent_rpcs=cfg.worker_threads)
+    admission = Admission(cfg.worker_threads, on_change=metrics.set_call_slots_in_use,
+                          on_refused=metrics.call_refused)
+    metrics.set_call_slots(cfg.worker_threads)
+    threads = cfg.worker_threads + RESERVED_THREADS
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="sapgrid-call")
+    # Beyond the threads, a few short calls may wait for one; any call past that is refused by gRPC.
+    server = grpc.server(pool, options=grpc_options(cfg), interceptors=(admission,),
+                         maximum_concurrent_rpcs=threads + 4 * RESERVED_THREADS)
     add_to_server(SapgridServicer(registry, metrics), server)
     echo_service_pb2_grpc.add_EchoServiceServicer_to_server(EchoServicer(), server)
     health = HealthServicer()

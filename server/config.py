@@ -20,9 +20,10 @@ class ServerConfig:
     metrics_port : Prometheus ``/metrics`` port on the same host as ``metrics_host``; 0 picks a free
         port, -1 disables the metrics endpoint.
     metrics_host : address the metrics HTTP server binds.
-    worker_threads : threads serving calls, so calls served at once: each call runs in a worker thread of
-        its own, which also does the call's engine work (an open stream or subscription holds its thread
-        while open). One more call is answered RESOURCE_EXHAUSTED.
+    worker_threads : long calls served at once (open frame streams, subscriptions, pair streams, frame
+        and query calls): each runs in a thread of its own, which also does the call's engine work, and
+        holds it while open. One more is answered RESOURCE_EXHAUSTED. Short calls (health check, world
+        management) have threads of their own beyond these (server/admission.py).
     engine_threads : numba threads per world for the parallel cell apply (0: numba default).
     max_message_bytes : largest gRPC message accepted or sent, both directions (a 100k-object frame
         is ~3 MB).
@@ -85,7 +86,9 @@ _HELP = {
     "listen": "gRPC listen address HOST:PORT (default 127.0.0.1:50051; port 0 = free port)",
     "metrics_port": "Prometheus /metrics port (default 9464; 0 = free port, -1 = off)",
     "metrics_host": "address of the metrics HTTP server (default 127.0.0.1)",
-    "worker_threads": "threads serving calls, one per call, which run its engine work; an open stream holds one (default 256)",
+    "worker_threads": "long calls served at once (frame streams, subscriptions, frame/query calls), each in a "
+                      "thread of its own that runs its engine work; health checks and world management "
+                      "never wait for one (default 256)",
     "engine_threads": "numba threads per world for the cell apply (default 0 = numba default)",
     "max_message_bytes": "largest gRPC message, both directions (default 64 MiB)",
     "queue_size": "frames/queries waiting per world before RESOURCE_EXHAUSTED (default 64)",

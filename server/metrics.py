@@ -51,6 +51,12 @@ class Metrics:
                                        registry=reg)
         self.cell_objects_p99 = Gauge("sapgrid_cell_objects_p99", "99th percentile of objects per occupied cell",
                                       w, registry=reg)
+        self.call_slots = Gauge("sapgrid_call_slots", "Slots for long calls (streams, subscriptions, frame and "
+                                "query calls): --worker-threads", registry=reg)
+        self.call_slots_in_use = Gauge("sapgrid_call_slots_in_use", "Long calls open (each holds a slot)",
+                                       registry=reg)
+        self.calls_refused = Counter("sapgrid_calls_refused_total", "Long calls refused because every slot was "
+                                     "in use", registry=reg)
         self._per_world = (self.objects, self.pairs, self.created, self.deleted, self.swaps, self.overflows,
                            self.queue_depth, self.subscribers, self.occupied_cells, self.cell_objects_max,
                            self.cell_objects_mean, self.cell_objects_p99)
@@ -100,6 +106,15 @@ class Metrics:
 
     def frame_rejected(self, world: str | None, outcome: str) -> None:
         self.frames.labels(world or UNKNOWN_WORLD, outcome).inc()
+
+    def set_call_slots(self, n: int) -> None:
+        self.call_slots.set(n)
+
+    def set_call_slots_in_use(self, n: int) -> None:
+        self.call_slots_in_use.set(n)
+
+    def call_refused(self) -> None:
+        self.calls_refused.inc()
 
     def set_queue_depth(self, world: str, depth: int) -> None:
         child = self._depth.get(world)

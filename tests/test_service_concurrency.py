@@ -10,8 +10,10 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 import numpy as np
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sapcore import World, WorldConfig
 from sapgrid.client import Client
@@ -223,6 +225,10 @@ def test_cancelled_stream_frames_are_not_applied(make_server):
         w.gate.set()
         d = c.step("c", update_ids=[1], update_boxes=[[0, 0, 2, 2]])
         assert d.frame == 2 and d.stats.objects == 1           # frame 1 applied (it was running), 2 and 3 not
+        deadline = time.monotonic() + 30                       # the cancelled calls gave their slots back
+        while _metric(srv.metrics_url, "sapgrid_call_slots_in_use") != 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
 
 
 def test_deleting_a_world_answers_its_queued_frames(make_server):
@@ -248,24 +254,42 @@ def test_deleting_a_world_answers_its_queued_frames(make_server):
             assert 'world="del"' not in r.read().decode()      # no series re-created for the deleted world
 
 
-def test_calls_beyond_the_worker_threads_are_refused_and_the_server_lives(make_server):
+def _metric(url: str, name: str) -> float:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_long_calls_beyond_the_slots_are_refused_and_health_is_still_answered(make_server):
     srv = make_server(worker_threads=2, default_world="")
-    with Client(srv.address) as c:
+    with Client(srv.address) as c, grpc.insecure_channel(srv.address) as ch:
+        health = health_pb2_grpc.HealthStub(ch)
         c.create_world("m", CFG)
-        with c.stream("m") as s, c.stream("m") as s2:       # two open streams hold both call threads
+        with c.stream("m") as s, c.stream("m") as s2:       # two open streams hold both slots
             s.step(add_ids=[1], add_boxes=[[0, 0, 1, 1]])
             s2.step(add_ids=[2], add_boxes=[[0, 0, 1, 1]])
+            assert _metric(srv.metrics_url, "sapgrid_call_slots_in_use") == 2
+            with pytest.raises(ResourceExhausted, match="all 2 call slots are in use"):
+                c.step("m", 1, update_ids=[1], update_boxes=[[0, 0, 3, 3]])     # a frame call: refused
+            with c.stream("m") as s3, pytest.raises(ResourceExhausted):        # a third stream: refused
+                s3.step(update_ids=[1], update_boxes=[[0, 0, 3, 3]])
             with pytest.raises(ResourceExhausted):
-                c.get_world("m")
+                next(iter(c.subscribe("m")))
+            # short calls are still answered: the orchestrator's health check, world management
+            for _ in range(3 * 16):
+                reply = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=30)
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+            assert c.get_world("m").frames == 2                # the refused frames changed nothing
+            assert _metric(srv.metrics_url, "sapgrid_calls_refused_total") == 3
             assert s.step(update_ids=[1], update_boxes=[[0, 0, 2, 2]]).stats.objects == 2
-        deadline = time.monotonic() + 30                    # the threads are back once the streams end
-        while True:
-            try:
-                assert c.get_world("m").frames == 3
-                break
-            except ResourceExhausted:
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
+        deadline = time.monotonic() + 30                    # the slots are back once the streams end
+        while _metric(srv.metrics_url, "sapgrid_call_slots_in_use") != 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert c.step("m", 2, update_ids=[2], update_boxes=[[0, 0, 3, 3]]).stats.objects == 2
+        assert c.get_world("m").frames == 4
 
 
 def test_graceful_stop_serves_open_streams_then_ends_subscriptions(make_server):
