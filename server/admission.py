@@ -42,10 +42,6 @@ class Admission(grpc.ServerInterceptor):
         self._on_change = on_change or (lambda n: None)
         self._on_refused = on_refused or (lambda: None)
 
-    @property
-    def in_use(self) -> int:
-        return self._in_use
-
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
         if handler is None or handler_call_details.method in SHORT_METHODS:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -18,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sapcore import World, WorldConfig
 from sapgrid.client import Client
 from sapgrid.errors import DeadlineExceeded, NotFound, ResourceExhausted
-from service_helpers import assert_same_pairs, random_boxes
+from service_helpers import assert_same_pairs, metric_value, random_boxes, scrape
 
 CFG = WorldConfig(dims=2, bounds=(0, 0, 100, 100), cells=(4, 4))
 
@@ -225,10 +224,7 @@ def test_cancelled_stream_frames_are_not_applied(make_server):
         w.gate.set()
         d = c.step("c", update_ids=[1], update_boxes=[[0, 0, 2, 2]])
         assert d.frame == 2 and d.stats.objects == 1           # frame 1 applied (it was running), 2 and 3 not
-        deadline = time.monotonic() + 30                       # the cancelled calls gave their slots back
-        while _metric(srv.metrics_url, "sapgrid_call_slots_in_use") != 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        _wait_slots_free(srv)                                  # the cancelled calls gave their slots back
 
 
 def test_deleting_a_world_answers_its_queued_frames(make_server):
@@ -250,16 +246,19 @@ def test_deleting_a_world_answers_its_queued_frames(make_server):
             w.gate.set()
             s.recv()                                           # the running frame completes
         c.list_worlds()                                        # a round trip: deferred metric updates ran
-        with urllib.request.urlopen(srv.metrics_url, timeout=30) as r:
-            assert 'world="del"' not in r.read().decode()      # no series re-created for the deleted world
+        assert 'world="del"' not in scrape(srv.metrics_url)     # no series re-created for the deleted world
 
 
-def _metric(url: str, name: str) -> float:
-    with urllib.request.urlopen(url, timeout=30) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    raise AssertionError(f"{name} not in /metrics")
+def _slots_in_use(srv) -> float | None:
+    return metric_value(scrape(srv.metrics_url), "sapgrid_call_slots_in_use")
+
+
+def _wait_slots_free(srv) -> None:
+    """Every call slot is given back (ended and cancelled calls release theirs as they terminate)."""
+    deadline = time.monotonic() + 30
+    while _slots_in_use(srv) != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def test_long_calls_beyond_the_slots_are_refused_and_health_is_still_answered(make_server):
@@ -270,7 +269,7 @@ def test_long_calls_beyond_the_slots_are_refused_and_health_is_still_answered(ma
         with c.stream("m") as s, c.stream("m") as s2:       # two open streams hold both slots
             s.step(add_ids=[1], add_boxes=[[0, 0, 1, 1]])
             s2.step(add_ids=[2], add_boxes=[[0, 0, 1, 1]])
-            assert _metric(srv.metrics_url, "sapgrid_call_slots_in_use") == 2
+            assert _slots_in_use(srv) == 2
             with pytest.raises(ResourceExhausted, match="all 2 call slots are in use"):
                 c.step("m", 1, update_ids=[1], update_boxes=[[0, 0, 3, 3]])     # a frame call: refused
             with c.stream("m") as s3, pytest.raises(ResourceExhausted):        # a third stream: refused
@@ -282,12 +281,9 @@ def test_long_calls_beyond_the_slots_are_refused_and_health_is_still_answered(ma
                 reply = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=30)
                 assert reply.status == health_pb2.HealthCheckResponse.SERVING
             assert c.get_world("m").frames == 2                # the refused frames changed nothing
-            assert _metric(srv.metrics_url, "sapgrid_calls_refused_total") == 3
+            assert metric_value(scrape(srv.metrics_url), "sapgrid_calls_refused_total") == 3
             assert s.step(update_ids=[1], update_boxes=[[0, 0, 2, 2]]).stats.objects == 2
-        deadline = time.monotonic() + 30                    # the slots are back once the streams end
-        while _metric(srv.metrics_url, "sapgrid_call_slots_in_use") != 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        _wait_slots_free(srv)                               # the slots are back once the streams end
         assert c.step("m", 2, update_ids=[2], update_boxes=[[0, 0, 3, 3]]).stats.objects == 2
         assert c.get_world("m").frames == 4
 

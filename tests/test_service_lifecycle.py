@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
-import urllib.request
 
 import numpy as np
 import pytest
@@ -16,25 +14,9 @@ from sapgrid import cli
 from sapgrid.client import Client
 from sapgrid.server.config import ServerConfig, from_args
 from sapgrid.spawn import SpawnedServer
-from service_helpers import random_boxes
+from service_helpers import metric_value, random_boxes, scrape
 
 CFG = WorldConfig(dims=2, bounds=(0, 0, 100, 100), cells=(4, 4))
-
-
-def _scrape(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=30) as r:
-        return r.read().decode()
-
-
-def _value(text: str, name: str, **labels) -> float | None:
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    pat = re.compile(rf"^{re.escape(name)}(\{{([^}}]*)\}})?\s+(\S+)$", re.M)
-    for m in pat.finditer(text):
-        got = m.group(2) or ""
-        if all(f'{k}="{v}"' in got for k, v in labels.items()) or (not labels and not got):
-            return float(m.group(3))
-    del want
-    return None
 
 
 def test_config_precedence():
@@ -95,8 +77,8 @@ def test_serve_cli_defaults_and_env(tmp_path):
 
 def test_metrics_move_with_frames(server, client, world_name, rng):
     client.create_world(world_name, CFG)
-    before = _scrape(server.metrics_url)
-    assert _value(before, "sapgrid_world_objects", world=world_name) == 0
+    before = scrape(server.metrics_url)
+    assert metric_value(before, "sapgrid_world_objects", world=world_name) == 0
     n = 300
     with client.stream(world_name) as s:
         s.step(add_ids=np.arange(n), add_boxes=random_boxes(rng, n, side=50, size=6))
@@ -105,31 +87,31 @@ def test_metrics_move_with_frames(server, client, world_name, rng):
         with pytest.raises(Exception):
             s.step(add_ids=[0], add_boxes=[[0, 0, 1, 1]])
     info = client.get_world(world_name)
-    text = _scrape(server.metrics_url)
-    assert _value(text, "sapgrid_world_objects", world=world_name) == n
-    assert _value(text, "sapgrid_world_pairs", world=world_name) == info.pairs > 0
-    assert _value(text, "sapgrid_frames_total", world=world_name, outcome="ok") == 4
-    assert _value(text, "sapgrid_frames_total", world=world_name, outcome="invalid_argument") == 1
-    assert _value(text, "sapgrid_pairs_created_total", world=world_name) > 0
-    assert _value(text, "sapgrid_pairs_deleted_total", world=world_name) > 0
-    assert _value(text, "sapgrid_endpoint_swaps_total", world=world_name) >= 0
+    text = scrape(server.metrics_url)
+    assert metric_value(text, "sapgrid_world_objects", world=world_name) == n
+    assert metric_value(text, "sapgrid_world_pairs", world=world_name) == info.pairs > 0
+    assert metric_value(text, "sapgrid_frames_total", world=world_name, outcome="ok") == 4
+    assert metric_value(text, "sapgrid_frames_total", world=world_name, outcome="invalid_argument") == 1
+    assert metric_value(text, "sapgrid_pairs_created_total", world=world_name) > 0
+    assert metric_value(text, "sapgrid_pairs_deleted_total", world=world_name) > 0
+    assert metric_value(text, "sapgrid_endpoint_swaps_total", world=world_name) >= 0
     for phase in ("queue", "rasterize", "apply", "merge", "total"):
-        assert _value(text, "sapgrid_frame_duration_seconds_count", world=world_name, phase=phase) == 4
-    assert _value(text, "sapgrid_occupied_cells", world=world_name) >= 1
-    assert _value(text, "sapgrid_cell_objects_max", world=world_name) >= 1
-    assert _value(text, "sapgrid_worlds") >= 2
+        assert metric_value(text, "sapgrid_frame_duration_seconds_count", world=world_name, phase=phase) == 4
+    assert metric_value(text, "sapgrid_occupied_cells", world=world_name) >= 1
+    assert metric_value(text, "sapgrid_cell_objects_max", world=world_name) >= 1
+    assert metric_value(text, "sapgrid_worlds") >= 2
     assert "process_cpu_seconds_total" in text or "python_info" in text
     client.delete_world(world_name)
-    after = _scrape(server.metrics_url)
+    after = scrape(server.metrics_url)
     assert f'world="{world_name}"' not in after                  # series removed with the world
 
 
 def test_unknown_world_frames_use_a_bounded_label(server, client):
     with pytest.raises(Exception):
         client.step("never-created-xyz", remove_ids=[1])
-    text = _scrape(server.metrics_url)
+    text = scrape(server.metrics_url)
     assert "never-created-xyz" not in text
-    assert _value(text, "sapgrid_frames_total", world="_unknown", outcome="not_found") >= 1
+    assert metric_value(text, "sapgrid_frames_total", world="_unknown", outcome="not_found") >= 1
 
 
 def test_cli_worlds_commands(server, capsys):
