@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Generate the Python code of the sapgrid wire contract: proto/sapgrid/v1/*.proto -> client/v1/.
+"""Generate the Python code of the sapgrid wire contract: proto/sapgrid/v1/*.proto -> proto/python/sapgrid/v1/.
 
-    .venv/bin/python scripts/gen_proto.py            # regenerate client/v1/*_pb2*.py(i)
+    .venv/bin/python scripts/gen_proto.py            # regenerate proto/python/sapgrid/v1/*_pb2*.py(i)
     .venv/bin/python scripts/gen_proto.py --out DIR  # generate into DIR/sapgrid/v1 instead (the stale check)
 
 Uses grpc_tools.protoc with --python_out, --grpc_python_out and --pyi_out. Modules import as
-``sapgrid.v1.xxx_pb2`` (the package ``sapgrid.v1`` is the directory client/v1/). Never edit the
+``sapgrid.v1.xxx_pb2`` (the package ``sapgrid.v1`` is the directory proto/python/sapgrid/v1/). Never edit the
 generated files by hand; tests/test_service_contract.py fails if they differ from a fresh run.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
 PROTO_DIR = PROTO_ROOT / "sapgrid" / "v1"
-TARGET = ROOT / "client" / "v1"
+TARGET = ROOT / "proto" / "python" / "sapgrid" / "v1"
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 
@@ -47,7 +47,7 @@ def generated_files(directory: Path) -> dict[str, bytes]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, help="generate into OUT/sapgrid/v1 instead of client/v1")
+    ap.add_argument("--out", type=Path, help="generate into OUT/sapgrid/v1 instead of proto/python/sapgrid/v1")
     args = ap.parse_args(argv)
     if args.out is not None:
         generate(args.out)

@@ -1,6 +1,6 @@
 """``python -m sapgrid.server [flags]``: same as ``sapgrid serve``."""
 import sys
 
-from sapgrid.cli import main
+from .main import main
 
-sys.exit(main(["serve", *sys.argv[1:]]))
+sys.exit(main(sys.argv[1:]))

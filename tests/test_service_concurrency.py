@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sapcore import World, WorldConfig
 from sapgrid.client import Client
-from sapgrid.errors import DeadlineExceeded, NotFound, ResourceExhausted
+from sapgrid.client.errors import DeadlineExceeded, NotFound, ResourceExhausted
 from service_helpers import assert_same_pairs, metric_value, random_boxes, scrape
 
 CFG = WorldConfig(dims=2, bounds=(0, 0, 100, 100), cells=(4, 4))

@@ -34,7 +34,7 @@ def test_buf_lint_passes():
 def test_generated_code_is_not_stale(tmp_path):
     gen_proto.generate(tmp_path)
     fresh = gen_proto.generated_files(tmp_path / "sapgrid" / "v1")
-    committed = gen_proto.generated_files(ROOT / "client" / "v1")
+    committed = gen_proto.generated_files(ROOT / "proto" / "python" / "sapgrid" / "v1")
     assert fresh, "protoc generated nothing"
     assert sorted(fresh) == sorted(committed), "generated file set differs: run scripts/gen_proto.py"
     stale = [name for name in fresh if fresh[name] != committed[name]]

@@ -10,8 +10,8 @@ from grpc_status import rpc_status
 
 from sapcore import WorldConfig
 from sapgrid.client import Client
-from sapgrid.codec import encode_frame
-from sapgrid.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, SapgridError
+from sapgrid.client.codec import encode_frame
+from sapgrid.client.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, SapgridError
 from sapgrid.v1 import frame_pb2, sapgrid_service_pb2 as pb
 from service_helpers import assert_same_pairs, random_boxes
 

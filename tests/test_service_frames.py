@@ -12,7 +12,7 @@ import pytest
 
 from sapcore import World, WorldConfig
 from sapgrid.client import AsyncClient, Client, RemoteWorld
-from sapgrid.errors import AlreadyExists, InvalidArgument, NotFound
+from sapgrid.client.errors import AlreadyExists, InvalidArgument, NotFound
 from service_helpers import assert_same_pairs, random_boxes
 
 CFG2 = WorldConfig(dims=2, bounds=(0, 0, 100, 100), cells=(4, 4))

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from sapcore import WorldConfig
-from sapgrid import cli
+from sapgrid.tools import cli
 from sapgrid.client import Client
 from sapgrid.server.config import ServerConfig, from_args
-from sapgrid.spawn import SpawnedServer
+from sapgrid.tools.spawn import SpawnedServer
 from service_helpers import metric_value, random_boxes, scrape
 
 CFG = WorldConfig(dims=2, bounds=(0, 0, 100, 100), cells=(4, 4))
@@ -62,7 +62,7 @@ def test_sigterm_finishes_queued_frames():
 def test_serve_cli_defaults_and_env(tmp_path):
     env = {**os.environ, "SAPGRID_LISTEN": "127.0.0.1:0", "SAPGRID_METRICS_PORT": "-1",
            "SAPGRID_DEFAULT_WORLD": "envworld"}
-    proc = subprocess.Popen([sys.executable, "-m", "sapgrid.cli", "serve"], env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "sapgrid.tools.cli", "serve"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     try:
         line = proc.stdout.readline()

@@ -5,7 +5,7 @@ import grpc
 import numpy as np
 import pytest
 
-from sapgrid.codec import encode_frame
+from sapgrid.client.codec import encode_frame
 from sapgrid.server.wire import FrameView, read_frame, varint_field, wrap
 from sapgrid.v1 import frame_pb2, sapgrid_service_pb2 as pb
 

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from sapgrid.client import Client
-from sapgrid.codec import encode_frame
+from sapgrid.client.codec import encode_frame
 from sapgrid.v1 import echo_service_pb2 as echo_pb
 from sapgrid.v1 import echo_service_pb2_grpc as echo_grpc
 from sapgrid.v1 import sapgrid_service_pb2 as pb
@@ -51,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _trace(n: int, ticks: int, seed: int) -> dict:
-    """crowd2d-N: every object moves every tick (sapgrid.traces)."""
-    from sapgrid import traces
+    """crowd2d-N: every object moves every tick (sapgrid.tools.traces)."""
+    from sapgrid.tools import traces
 
     return traces.generate(f"crowd2d-{n}", ticks=ticks, seed=seed)
 
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     spawned = None
     address = args.server
     if address == "spawn":
-        from sapgrid.spawn import SpawnedServer
+        from sapgrid.tools.spawn import SpawnedServer
 
         spawned = SpawnedServer("--default-world", "")
         address = spawned.address

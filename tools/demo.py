@@ -16,7 +16,7 @@ from collections import deque
 import numpy as np
 
 from sapgrid.client import Client, DEFAULT_ADDRESS
-from sapgrid.errors import SapgridError
+from sapgrid.client.errors import SapgridError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     spawned = None
     address = args.server
     if args.spawn_server:
-        from sapgrid.spawn import SpawnedServer
+        from sapgrid.tools.spawn import SpawnedServer
 
         print("starting a sapgrid server...", flush=True)
         spawned = SpawnedServer()

@@ -1,7 +1,7 @@
 """``sapgrid bench``: sapgrid's own benchmark, needing nothing outside the project.
 
 For every scenario x size it generates the trace in memory
-(:mod:`sapgrid.traces`, the benchmark kit's rules), replays it through
+(:mod:`sapgrid.tools.traces`, the benchmark kit's rules), replays it through
 ``sapcore.World`` and, in the same run, through the numpy sort-and-sweep
 recomputed from scratch every tick (the "peer", the kit's ``numpy-sap``), and
 prints a markdown table of per-tick median / p95 ms and the ratio
@@ -20,7 +20,7 @@ Then, at the largest size (crowd2d layout), the costs a user asks about:
 
 Timings are wall times of ``world.step`` (nearest-rank quantiles, as the kit).
 ``--json`` ends the output with one JSON line holding everything.
-With ``--server`` the service is benchmarked instead (``sapgrid.bench_server``).
+With ``--server`` the service is benchmarked instead (``sapgrid.tools.bench_server``).
 """
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ import tracemalloc
 import numpy as np
 
 import sapcore
-from sapgrid import replay as rp
-from sapgrid import traces
+from sapgrid.tools import replay as rp
+from sapgrid.tools import traces
 
 DEFAULT_SIZES = "10000,100000"
 
@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip insert/remove/still-tick/memory/threads measurements")
     parser.add_argument("--json", action="store_true", help="end the output with one JSON line of all results")
     rp._add_once(parser, "--server", default=None, metavar="HOST:PORT",
-                 help="benchmark a sapgrid server instead (sapgrid.bench_server)")
+                 help="benchmark a sapgrid server instead (sapgrid.tools.bench_server)")
 
 
 # --------------------------------------------------------------------------
@@ -290,7 +290,7 @@ def environment() -> dict:
 def run(args: argparse.Namespace) -> int:
     """Run ``sapgrid bench``; return the exit status (1 if any check failed)."""
     if getattr(args, "server", None):
-        from sapgrid import bench_server
+        from sapgrid.tools import bench_server
         return bench_server.run(args)
     try:
         scens = [s for s in args.scenarios.split(",") if s]
@@ -335,7 +335,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv=None) -> int:
-    """Stand-alone entry (``python -m sapgrid.bench``); the CLI calls :func:`run`."""
+    """Stand-alone entry (``python -m sapgrid.tools.bench``); the CLI calls :func:`run`."""
     ap = argparse.ArgumentParser(prog="sapgrid bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(ap)

@@ -21,20 +21,14 @@ def _add_server(parser: argparse.ArgumentParser, default: str | None = DEFAULT_S
 
 
 def _cmd_serve(args) -> int:
-    from sapgrid.server.app import serve
-    from sapgrid.server.config import from_args
+    from sapgrid.server.main import run
 
-    try:
-        cfg = from_args(args)
-    except ValueError as exc:
-        print(f"sapgrid serve: {exc}", file=sys.stderr)
-        return 2
-    return serve(cfg)
+    return run(args)
 
 
 def _cmd_worlds(args) -> int:
     from sapgrid.client import Client
-    from sapgrid.errors import SapgridError
+    from sapgrid.client.errors import SapgridError
 
     with Client(args.server, timeout=args.timeout) as c:
         try:
@@ -62,19 +56,19 @@ def _cmd_worlds(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from sapgrid import demo
+    from sapgrid.tools import demo
 
     return demo.run(args)
 
 
 def _cmd_replay(args) -> int:
-    from sapgrid import replay
+    from sapgrid.tools import replay
 
     return replay.run(args)
 
 
 def _cmd_bench(args) -> int:
-    from sapgrid import bench
+    from sapgrid.tools import bench
 
     return bench.run(args)
 
@@ -91,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("demo", help="live simulation of moving boxes against a server")
-    from sapgrid import demo
+    from sapgrid.tools import demo
 
     demo.add_arguments(p)
     p.set_defaults(func=_cmd_demo)
@@ -109,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("replay", help="replay a recorded trace (in process, or --server)")
     try:
-        from sapgrid import replay
+        from sapgrid.tools import replay
     except ImportError:  # pragma: no cover - replay.py is written in parallel
         replay = None
     if replay is not None:
@@ -119,13 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks: the engine in process, or the service with --server")
     try:
-        from sapgrid import bench
+        from sapgrid.tools import bench
     except ImportError:  # pragma: no cover - bench.py is written in parallel
         bench = None
     if bench is not None:
         bench.add_arguments(p)
     _add_server(p, default=None)
-    from sapgrid import bench_server
+    from sapgrid.tools import bench_server
 
     bench_server.add_arguments(p)
     p.set_defaults(func=_cmd_bench)

@@ -13,7 +13,7 @@ set-up) are reported as ``warmup_ms`` instead of polluting ``build_ms``.
 
 ``--check`` compares the result with ``TRACE.expected.json`` beside the trace
 (the kit's oracle); if there is none, sapgrid's own oracle
-(:func:`sapgrid.traces.expected`) computes it. ``--json`` ends the output with
+(:func:`sapgrid.tools.traces.expected`) computes it. ``--json`` ends the output with
 one JSON line (the kit's ``run.sh --sapgrid`` reads it).
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import sapcore
-from sapgrid import traces
+from sapgrid.tools import traces
 
 #: fields of expected.json that --check compares
 CHECK_FIELDS = ("initial_pairs", "final_pairs", "created_total", "deleted_total", "final_pairs_sha256",
@@ -339,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv=None) -> int:
-    """Stand-alone entry (``python -m sapgrid.replay``); the CLI calls :func:`run`."""
+    """Stand-alone entry (``python -m sapgrid.tools.replay``); the CLI calls :func:`run`."""
     ap = argparse.ArgumentParser(prog="sapgrid replay", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(ap)

@@ -1,0 +1,1 @@
+"""sapgrid.tools: the ``sapgrid`` command and the tools beside the libraries (demo, bench, replay, traces)."""
