@@ -50,4 +50,10 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e '.[test]'
   touch "$stamp"
 fi
+# What the tests need beyond Python packages (proxy, Node.js packages, C++ toolchain, browser, promtool):
+# one idempotent script per component in scripts/setup.d, run in name order.
+for step in scripts/setup.d/*.sh; do
+  [ -e "$step" ] || continue
+  bash "$step"
+done
 echo "setup: ok ($(.venv/bin/python --version))"
