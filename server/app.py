@@ -22,7 +22,6 @@ from grpc_health.v1.health import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from sapgrid.v1 import echo_service_pb2, echo_service_pb2_grpc, sapgrid_service_pb2
-from sapgrid.v1 import world_pb2
 
 from .admission import RESERVED_THREADS, Admission
 from .config import ServerConfig
@@ -121,8 +120,10 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     if port == 0:
         raise OSError(f"cannot listen on {cfg.listen}")
     if cfg.default_world:
-        registry.create(cfg.default_world, world_pb2.WorldConfig(
-            dims=cfg.default_world_dims, bounds=cfg.default_world_bounds, cells=cfg.default_world_cells))
+        from sapcore import WorldConfig
+
+        registry.create(cfg.default_world, WorldConfig(dims=cfg.default_world_dims, bounds=cfg.default_world_bounds,
+                                                       cells=cfg.default_world_cells, threads=cfg.engine_threads or None))
     return App(cfg, server, port, health, registry, metrics, pool)
 
 

@@ -9,6 +9,8 @@ import argparse
 import os
 from dataclasses import dataclass, fields
 
+from sapgrid import DEFAULT_ADDRESS
+
 MIB = 1 << 20
 
 
@@ -37,7 +39,7 @@ class ServerConfig:
     validate : call World.validate() after every frame (slow; for debugging).
     """
 
-    listen: str = "127.0.0.1:50051"
+    listen: str = DEFAULT_ADDRESS
     metrics_port: int = 9464
     metrics_host: str = "127.0.0.1"
     worker_threads: int = 256
@@ -83,7 +85,7 @@ def _bool(text: str) -> bool:
 _PARSERS = {int: int, float: float, str: str, bool: _bool}
 _TUPLES = {"default_world_bounds": _floats, "default_world_cells": _ints}
 _HELP = {
-    "listen": "gRPC listen address HOST:PORT (default 127.0.0.1:50051; port 0 = free port)",
+    "listen": f"gRPC listen address HOST:PORT (default {DEFAULT_ADDRESS}; port 0 = free port)",
     "metrics_port": "Prometheus /metrics port (default 9464; 0 = free port, -1 = off)",
     "metrics_host": "address of the metrics HTTP server (default 127.0.0.1)",
     "worker_threads": "long calls served at once (frame streams, subscriptions, frame/query calls), each in a "

@@ -89,8 +89,8 @@ class Metrics:
             self._children[world] = b
         return b
 
-    def frame_applied(self, world: str, s) -> None:
-        """s: the FrameStats message of an applied frame."""
+    def frame_applied(self, world: str, s, queue_s: float, server_s: float) -> None:
+        """s: the sapcore.FrameStats of an applied frame; queue_s / server_s: its seconds in line / in the server."""
         ok, objects, pairs, created, deleted, swaps, overflows, lat = self._bound(world)
         ok.inc()
         objects.set(s.objects)
@@ -100,8 +100,7 @@ class Metrics:
         swaps.inc(s.swaps)
         if s.cell_overflows:
             overflows.inc(s.cell_overflows)
-        for h, value in zip(lat, (s.queue_seconds, s.validate_seconds, s.rasterize_seconds, s.apply_seconds,
-                                  s.merge_seconds, s.engine_seconds, s.server_seconds)):
+        for h, value in zip(lat, (queue_s, s.validate_s, s.rasterize_s, s.apply_s, s.merge_s, s.total_s, server_s)):
             h.observe(value)
 
     def frame_rejected(self, world: str | None, outcome: str) -> None:

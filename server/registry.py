@@ -7,8 +7,12 @@ machine: more than the rest of the service's own cost per frame).
 
 A world runs one job at a time, in the order the jobs arrived: a caller first takes a turn in the
 world's line (``WorldRunner.turn``), which is immediate when the world is idle. At most
-``queue_size`` jobs wait; one more is answered RESOURCE_EXHAUSTED. Worlds are independent: a heavy
-world never blocks another.
+``queue_size`` jobs wait; one more is answered RESOURCE_EXHAUSTED. Each world has a line of its own;
+the engine releases the GIL, and how parallel kernels of different worlds share the cores is said in
+sapcore/API.md.
+
+This module speaks numpy arrays and engine types only: requests are decoded and answers encoded by
+``protocol`` (the one protobuf boundary).
 
 Deadlines and cancellation: a caller that goes away leaves the line at once (``Caller.cancel``, a
 gRPC termination callback); a job whose caller is gone when its turn comes is skipped (a frame is
@@ -30,9 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from sapgrid.v1 import frame_pb2, world_pb2
-
-from . import codec
 from .errors import Cancelled, Exhausted, InvalidInput, ShuttingDown, WorldExists, WorldNotFound, outcome
 from .metrics import Metrics
 
@@ -87,15 +88,24 @@ class Caller:
 
 @dataclass
 class Applied:
-    """An applied frame: its Delta message, the same serialized (sent as is), a cell occupancy sample or None."""
+    """An applied frame: the engine's Delta, where it stands in the world, the service's seconds.
 
-    delta: frame_pb2.Delta
-    raw: bytes
+    encoded: the serialized Delta, made once by ``protocol.delta_bytes`` for the caller and every
+    subscriber. occupancy: a cell occupancy sample (about once a second) or None.
+    """
+
+    world: str
+    seq: int
+    frame: int                        # frames the world has applied, this one included
+    delta: Any                        # sapcore.Delta
+    queue_s: float = 0.0
+    server_s: float = 0.0
     occupancy: Any = None
+    encoded: bytes | None = None
 
 
 class Subscriber:
-    """A Subscribe stream's buffer: serialized deltas, then the end; ``dropped`` when it fell too far behind.
+    """A Subscribe stream's buffer: applied frames, then the end; ``dropped`` when it fell too far behind.
 
     ``offer`` never blocks (the world never waits for a subscriber); ``next`` blocks its own thread.
     """
@@ -123,7 +133,7 @@ class Subscriber:
         self.offer(_END)
 
     def next(self, timeout: float | None = None):
-        """The next serialized Delta, or None at the end of the stream (or after ``timeout`` seconds)."""
+        """The next Applied frame, or None at the end of the stream (or after ``timeout`` seconds)."""
         with self._ready:
             if not self._items and not self._ready.wait_for(lambda: self._items, timeout):
                 return None
@@ -147,7 +157,7 @@ class WorldRunner:
     rejected: int = 0
     objects: int = 0
     pairs: int = 0
-    last_stats: world_pb2.FrameStats | None = None
+    last: Applied | None = None       # the last applied frame
     closed: bool = False              # no new jobs (deleted, or the server is shutting down)
     deleted: bool = False             # deleted: its metric series are gone
 
@@ -172,6 +182,10 @@ class WorldRunner:
     @property
     def subscribers(self) -> int:
         return len(self._subscribers)
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._line)
 
     # ---- the line ---------------------------------------------------------------------------
     def _refusal(self) -> BaseException:
@@ -242,49 +256,47 @@ class WorldRunner:
             return fn()
 
     # ---- frames -----------------------------------------------------------------------------
-    def apply(self, frame, received: float, caller: Caller) -> Applied:
-        """Decode, apply and answer one frame; the answer holds the Delta message and its bytes.
+    def apply(self, arrays: dict, seq: int, received: float, caller: Caller) -> Applied:
+        """Apply one frame (``World.step`` keyword arrays) in the world's turn; return it as Applied.
 
-        frame: a frame_pb2.Frame or a wire.FrameView (bulk fields as memoryviews of the request).
-        Every refusal (malformed bytes, full line, engine validation) raises and is counted.
-        Call ``published`` with the result once the caller has its answer.
+        Every refusal (full line, engine validation) raises and is counted. Call ``published`` with the
+        result once the caller has its answer.
         """
         try:
-            arrays = codec.decode_frame(frame, self.dims)
             with self.turn(caller) as waited:
                 start = time.perf_counter()
                 delta = self.world.step(**arrays)
                 if self.validate:
                     self.world.validate()
                 self.frames += 1
-                msg = codec.delta_message(delta, frame.seq, self.name, self.frames)
-                stats = msg.stats
-                self.objects, self.pairs, self.last_stats = stats.objects, stats.pairs, stats
+                stats = delta.stats
+                self.objects, self.pairs = stats.objects, stats.pairs
                 occupancy = None
                 if start - self._last_occupancy >= OCCUPANCY_PERIOD_S:
                     self._last_occupancy = start
                     occupancy = np.asarray(self.world.cell_occupancy())
-                stats.queue_seconds = waited
-                stats.server_seconds = time.perf_counter() - received
-                applied = Applied(msg, msg.SerializeToString(), occupancy)
+                applied = Applied(self.name, seq, self.frames, delta, waited, time.perf_counter() - received,
+                                  occupancy)
+                self.last = applied
                 if self._subscribers:             # in frame order: still holding the world
                     with self._mutex:
                         for sub in self._subscribers:
-                            sub.offer(applied.raw)
+                            sub.offer(applied)
                 return applied
         except Exception as exc:
-            self._rejected(exc)
+            self.count_refusal(exc)
             raise
 
     def published(self, applied: Applied) -> None:
         """Metrics of an applied frame (after its answer is on its way: off the round trip)."""
         with self._mutex:
             if not self.deleted:
-                self.metrics.frame_applied(self.name, applied.delta.stats)
+                self.metrics.frame_applied(self.name, applied.delta.stats, applied.queue_s, applied.server_s)
                 if applied.occupancy is not None:
                     self.metrics.set_occupancy(self.name, applied.occupancy)
 
-    def _rejected(self, exc: BaseException) -> None:
+    def count_refusal(self, exc: BaseException) -> None:
+        """A frame of this world was refused (here, or while it was decoded)."""
         with self._mutex:
             self.rejected += 1
             self.metrics.frame_rejected(None if self.deleted else self.name, outcome(exc))
@@ -304,16 +316,6 @@ class WorldRunner:
             self._subscribers.discard(sub)
             if not self.deleted:
                 self.metrics.set_subscribers(self.name, len(self._subscribers))
-
-    def info(self) -> world_pb2.WorldInfo:
-        stats = world_pb2.WorldStats(objects=self.objects, pairs=self.pairs, frames=self.frames,
-                                     frames_rejected=self.rejected, queue_depth=len(self._line),
-                                     subscribers=len(self._subscribers))
-        last = self.last_stats
-        if last is not None:
-            stats.last_frame.CopyFrom(last)
-        return world_pb2.WorldInfo(name=self.name, config=codec.config_message(self.config, self.expected_objects),
-                                   stats=stats)
 
     def _refuse_waiting(self) -> None:
         """Under the mutex: every waiting job is answered with the world's refusal; subscribers end."""
@@ -372,16 +374,16 @@ class Registry:
         worlds = dict(self.worlds)
         return [worlds[n] for n in sorted(worlds)]
 
-    def create(self, name: str, config_msg: world_pb2.WorldConfig, if_not_exists: bool = False) -> WorldRunner:
+    def create(self, name: str, config, expected_objects: int = 0, if_not_exists: bool = False) -> WorldRunner:
+        """A new world of ``config`` (a sapcore.WorldConfig) named ``name``."""
         if not NAME_RE.match(name):
-            raise InvalidInput(f"name: {name!r} is not 1-64 characters of [A-Za-z0-9_.-]", "name")
-        config = codec.world_config(config_msg, self.engine_threads)
+            raise InvalidInput(f"name: {name[:80]!r} is not 1-64 characters of [A-Za-z0-9_.-]", "name")
         with self._mutex:
             if self.closing:
                 raise ShuttingDown("server is shutting down")
             existing = self.worlds.get(name)
             if existing is not None or name in self._pending:
-                if if_not_exists and existing is not None and existing.dims == config_msg.dims:
+                if if_not_exists and existing is not None and existing.dims == config.dims:
                     return existing
                 raise WorldExists(f"world {name!r} already exists", "name")
             if len(self.worlds) + len(self._pending) >= self.max_worlds:
@@ -392,7 +394,7 @@ class Registry:
             if factory is None:
                 from sapcore import World as factory
             world = factory(config)
-            runner = WorldRunner(name, world, config, int(config_msg.expected_objects), self.metrics,
+            runner = WorldRunner(name, world, config, int(expected_objects), self.metrics,
                                  self.queue_size, self.subscriber_limit, self.validate)
             with self._mutex:
                 self.worlds[name] = runner

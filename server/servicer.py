@@ -1,51 +1,46 @@
-"""The gRPC servicers: protobuf in, registry call, protobuf out. No logic of their own (STYLE 13).
-
-Errors are turned into statuses by ``errors.abort`` / ``errors.frame_error`` only.
+"""The gRPC servicers: each method decodes its request with ``protocol``, calls the registry, encodes
+the answer with ``protocol``. Errors become statuses in one place: ``errors.abort`` for a call
+(through ``_unary`` / ``_streaming``), ``errors.frame_error`` for a frame refused inside a stream.
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import grpc
-import numpy as np
 from google.protobuf import message_factory
-from google.protobuf.message import DecodeError
 
 from sapgrid.v1 import echo_service_pb2 as echo_pb
 from sapgrid.v1 import echo_service_pb2_grpc as echo_grpc
 from sapgrid.v1 import sapgrid_service_pb2 as pb
 from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
 
-from . import codec, wire
-from .errors import Cancelled, DimsMismatch, InvalidInput, WorldNotFound, abort, frame_error
+from . import protocol
+from .errors import Cancelled, WorldNotFound, abort, frame_error
 from .metrics import Metrics
 from .registry import Caller, Registry
 
-DEFAULT_PAGE = 100_000
-MAX_PAGE = 1_000_000
+
+def _unary(method):
+    """A unary-response method whose exceptions end the call with their status."""
+    @functools.wraps(method)
+    def call(self, request, context):
+        try:
+            return method(self, request, context)
+        except Exception as exc:
+            abort(context, exc)
+    return call
 
 
-def _page_size(n: int, field: str) -> int:
-    if n > MAX_PAGE:
-        raise InvalidInput(f"{field}: {n} is more than {MAX_PAGE}", field)
-    return n or DEFAULT_PAGE
-
-
-def _region(values, dims: int) -> np.ndarray:
-    region = np.asarray(values, dtype=np.float64)
-    if len(region) != 2 * dims:
-        cls = DimsMismatch if len(region) == 2 * (5 - dims) else InvalidInput
-        raise cls(f"region: {len(region)} values, expected {2 * dims} (mins then maxs of a {dims}D world)", "region")
-    if not np.isfinite(region).all():
-        raise InvalidInput("region: values must be finite", "region")
-    return region
-
-
-def _read(raw: bytes):
-    try:
-        return wire.read_frame(raw)
-    except DecodeError as exc:
-        raise InvalidInput(f"frame: not a valid protobuf message ({exc})", "frame") from None
+def _streaming(method):
+    """A server-streaming method whose exceptions end the call with their status."""
+    @functools.wraps(method)
+    def call(self, request, context):
+        try:
+            yield from method(self, request, context)
+        except Exception as exc:
+            abort(context, exc)
+    return call
 
 
 def add_to_server(servicer: "SapgridServicer", server) -> None:
@@ -68,17 +63,6 @@ def add_to_server(servicer: "SapgridServicer", server) -> None:
     server.add_registered_method_handlers(service.full_name, handlers)
 
 
-def _pairs_after(pairs: np.ndarray, token: str) -> int:
-    """Index of the first pair after the page token "LOW-HIGH" (pairs sorted lexicographically)."""
-    try:
-        lo, hi = (int(x) for x in token.split("-"))
-    except ValueError:
-        raise InvalidInput(f"page_token: {token!r} is not a token this server returned", "page_token") from None
-    i0 = int(np.searchsorted(pairs[:, 0], np.uint64(lo), side="left"))
-    i1 = int(np.searchsorted(pairs[:, 0], np.uint64(lo), side="right"))
-    return i0 + int(np.searchsorted(pairs[i0:i1, 1], np.uint64(hi), side="right"))
-
-
 class SapgridServicer(pb_grpc.SapgridServiceServicer):
     """Each call runs in its own server thread and does its engine work itself (see registry.py)."""
 
@@ -87,51 +71,50 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         self.metrics = metrics
 
     # ---- worlds -----------------------------------------------------------------------------
+    @_unary
     def CreateWorld(self, request, context):
-        try:
-            runner = self.registry.create(request.name, request.config, request.if_not_exists)
-        except Exception as exc:
-            abort(context, exc)
-        return pb.CreateWorldResponse(world=runner.info())
+        config = protocol.world_config(request.config, self.registry.engine_threads)
+        runner = self.registry.create(request.name, config, request.config.expected_objects, request.if_not_exists)
+        return pb.CreateWorldResponse(world=protocol.world_info(runner))
 
+    @_unary
     def DeleteWorld(self, request, context):
-        try:
-            self.registry.delete(request.name)
-        except Exception as exc:
-            abort(context, exc)
+        self.registry.delete(request.name)
         return pb.DeleteWorldResponse()
 
+    @_unary
     def ListWorlds(self, request, context):
-        return pb.ListWorldsResponse(worlds=[r.info() for r in self.registry.list()])
+        return pb.ListWorldsResponse(worlds=[protocol.world_info(r) for r in self.registry.list()])
 
+    @_unary
     def GetWorld(self, request, context):
-        try:
-            return pb.GetWorldResponse(world=self.registry.get(request.name).info())
-        except Exception as exc:
-            abort(context, exc)
+        return pb.GetWorldResponse(world=protocol.world_info(self.registry.get(request.name)))
 
     # ---- frames -----------------------------------------------------------------------------
-    def _runner(self, frame):
+    def _apply(self, frame, received: float, caller: Caller):
+        """Apply one decoded frame: (runner, Applied). Refusals raise, counted per world."""
         try:
-            return self.registry.get(frame.world)
+            runner = self.registry.get(frame.world)
         except WorldNotFound:
             self.metrics.frame_rejected(None, "not_found")
             raise
+        try:
+            arrays = protocol.frame_arrays(frame, runner.dims)
+        except Exception as exc:
+            runner.count_refusal(exc)
+            raise
+        return runner, runner.apply(arrays, frame.seq, received, caller)
 
     # ApplyFrame, StreamFrames and Subscribe are registered with raw-bytes (de)serializers (see
-    # ``add_to_server``): frames are read zero-copy (wire.read_frame) and the Delta, serialized once,
-    # is framed into the response without another pass through protobuf.
+    # ``add_to_server``): frames are read zero-copy and the Delta, serialized once, is framed into the
+    # response without another pass through protobuf.
+    @_unary
     def ApplyFrame(self, raw: bytes, context):
         received = time.perf_counter()
-        try:
-            with self.registry.frame_call():
-                frame = _read(raw)
-                runner = self._runner(frame)
-                applied = runner.apply(frame, received, Caller(context))
-        except Exception as exc:
-            abort(context, exc)
+        with self.registry.frame_call():
+            runner, applied = self._apply(protocol.read_frame(raw), received, Caller(context))
         runner.published(applied)
-        return wire.wrap(1, applied.raw)                          # ApplyFrameResponse.delta
+        return protocol.apply_response(applied)
 
     def StreamFrames(self, request_iterator, context):
         # Frames are applied in arrival order, each answered before the next is read; frames the
@@ -144,67 +127,48 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
                 received = time.perf_counter()
                 seq = 0
                 try:
-                    frame = _read(raw)
+                    frame = protocol.read_frame(raw)
                     seq = frame.seq
-                    runner = self._runner(frame)
-                    applied = runner.apply(frame, received, caller)
+                    runner, applied = self._apply(frame, received, caller)
                 except Cancelled:
                     return
                 except Exception as exc:
                     yield pb.StreamFramesResponse(seq=seq, error=frame_error(exc)).SerializeToString()
                     continue
                 try:
-                    yield wire.varint_field(1, seq) + wire.wrap(2, applied.raw)   # seq, delta
+                    yield protocol.stream_response(seq, applied)
                 finally:
                     runner.published(applied)     # once the answer is sent (or the stream is gone)
 
     # ---- queries ----------------------------------------------------------------------------
+    @_unary
     def QueryRegion(self, request, context):
-        try:
-            runner = self.registry.get(request.world)
-            region = _region(request.region, runner.dims)
-            world, with_boxes = runner.world, request.include_boxes
+        runner = self.registry.get(request.world)
+        region = protocol.region(request.region, runner.dims)
+        world = runner.world
 
-            def work():
-                ids = world.query(region)
-                boxes = codec.boxes_bytes(world.boxes(ids)) if with_boxes and len(ids) else b""
-                return pb.QueryRegionResponse(ids=codec.ids_bytes(ids), boxes=boxes, frame=runner.frames)
+        def work():
+            ids = world.query(region)
+            boxes = world.boxes(ids) if request.include_boxes and len(ids) else None
+            return protocol.query_response(ids, boxes, runner.frames)
 
-            return runner.run(work, Caller(context))
-        except Exception as exc:
-            abort(context, exc)
+        return runner.run(work, Caller(context))
 
+    @_unary
     def ListPairs(self, request, context):
-        try:
-            runner = self.registry.get(request.world)
-            size = _page_size(request.page_size, "page_size")
-            world, token = runner.world, request.page_token
+        runner = self.registry.get(request.world)
+        size = protocol.page_size(request.page_size, "page_size")
+        world = runner.world
+        return runner.run(lambda: protocol.pairs_page(world.pairs(), request.page_token, size, runner.frames),
+                          Caller(context))
 
-            def work():
-                pairs = world.pairs()
-                start = _pairs_after(pairs, token) if token else 0
-                page = pairs[start:start + size]
-                last = start + len(page) >= len(pairs)
-                nxt = "" if last or not len(page) else f"{int(page[-1, 0])}-{int(page[-1, 1])}"
-                return pb.ListPairsResponse(pairs=codec.pairs_bytes(page), next_page_token=nxt,
-                                            total_pairs=len(pairs), frame=runner.frames)
-
-            return runner.run(work, Caller(context))
-        except Exception as exc:
-            abort(context, exc)
-
+    @_streaming
     def StreamPairs(self, request, context):
-        try:
-            runner = self.registry.get(request.world)
-            size = _page_size(request.chunk_size, "chunk_size")
-            world = runner.world
-            pairs, frame = runner.run(lambda: (world.pairs(), runner.frames), Caller(context))
-        except Exception as exc:
-            abort(context, exc)
-        total = len(pairs)
-        for start in range(0, max(total, 1), size):
-            yield pb.StreamPairsResponse(pairs=codec.pairs_bytes(pairs[start:start + size]), total_pairs=total,
-                                         frame=frame)
+        runner = self.registry.get(request.world)
+        size = protocol.page_size(request.chunk_size, "chunk_size")
+        world = runner.world
+        pairs, frame = runner.run(lambda: (world.pairs(), runner.frames), Caller(context))
+        yield from protocol.pairs_chunks(pairs, size, frame)
 
     def Subscribe(self, request, context):
         try:
@@ -214,8 +178,8 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
             abort(context, exc)
         context.add_callback(sub.end)                   # the client went away: wake this thread
         try:
-            while (raw := sub.next()) is not None:
-                yield wire.wrap(1, raw)                           # SubscribeResponse.delta
+            while (applied := sub.next()) is not None:
+                yield protocol.subscribe_response(applied)
         finally:
             runner.unsubscribe(sub)
         if sub.dropped:

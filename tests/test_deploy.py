@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import yaml
 
+from sapcore import FrameStats
 from sapgrid.server.config import ServerConfig, from_args
 from sapgrid.server.metrics import Metrics
 
@@ -114,10 +115,9 @@ def metric_catalog() -> dict[str, set[str]]:
     metrics) -> its label names, from a real Metrics registry with every kind of series created."""
     m = Metrics()
     m.world_created("w", 1)
-    m.frame_applied("w", SimpleNamespace(objects=1, pairs=1, created=1, deleted=1, swaps=1, cell_overflows=1,
-                                         queue_seconds=0.001, validate_seconds=0.001, rasterize_seconds=0.001,
-                                         apply_seconds=0.001, merge_seconds=0.001, engine_seconds=0.001,
-                                         server_seconds=0.001))
+    m.frame_applied("w", FrameStats(objects=1, pairs=1, created=1, deleted=1, swaps=1, cell_overflows=1,
+                                    validate_s=0.001, rasterize_s=0.001, apply_s=0.001, merge_s=0.001, total_s=0.001),
+                    queue_s=0.001, server_s=0.001)
     m.frame_rejected("w", "invalid_argument")
     m.set_queue_depth("w", 1)
     m.set_subscribers("w", 1)

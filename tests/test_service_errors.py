@@ -104,7 +104,7 @@ def _check_error(err: SapgridError, cls, field, index):
 def test_unary_bad_frame_changes_nothing(client, populated, desc, spec, cls, field, index):
     before = _snapshot(client, populated)
     with pytest.raises(cls) as ei:
-        client._call(client.stub.ApplyFrame, pb.ApplyFrameRequest(frame=_frame(populated, 1, spec)))
+        client._unary(client.stub.ApplyFrame, pb.ApplyFrameRequest(frame=_frame(populated, 1, spec)), lambda r: r)
     _check_error(ei.value, cls, field, index)
     _assert_unchanged(before, _snapshot(client, populated))
     assert client.get_world(populated).frames_rejected == 1

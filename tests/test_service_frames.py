@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from sapcore import World, WorldConfig
-from sapgrid.client import AsyncClient, Client, RemoteWorld
+from sapgrid.client import AsyncClient, Client
+from sapgrid.tools.remote_world import RemoteWorld
 from sapgrid.client.errors import AlreadyExists, InvalidArgument, NotFound
 from service_helpers import assert_same_pairs, random_boxes
 

@@ -6,8 +6,9 @@ import grpc
 import numpy as np
 import pytest
 
+from sapcore import WorldConfig
 from sapcore.errors import CapacityError, ConfigError, FrameError
-from sapgrid.server import codec, errors
+from sapgrid.server import errors, protocol
 from sapgrid.server.metrics import Metrics
 from sapgrid.server.registry import Registry
 from sapgrid.server.servicer import SapgridServicer
@@ -39,13 +40,13 @@ def test_decode_frame_is_zero_copy_and_checks_lengths():
     ids = np.arange(5, dtype="<u8")
     boxes = np.zeros((5, 4), "<f4")
     f = frame_pb2.Frame(add_ids=ids.tobytes(), add_boxes=boxes.tobytes())
-    out = codec.decode_frame(f, 2)
+    out = protocol.frame_arrays(f, 2)
     assert out["add_ids"].tolist() == ids.tolist() and out["add_boxes"].shape == (5, 4)
     assert not out["add_ids"].flags.writeable                 # a view of the message bytes
     with pytest.raises(errors.DimsMismatch):
-        codec.decode_frame(frame_pb2.Frame(add_ids=ids.tobytes(), add_boxes=np.zeros((5, 6), "<f4").tobytes()), 2)
+        protocol.frame_arrays(frame_pb2.Frame(add_ids=ids.tobytes(), add_boxes=np.zeros((5, 6), "<f4").tobytes()), 2)
     with pytest.raises(errors.InvalidInput) as ei:
-        codec.decode_frame(frame_pb2.Frame(update_ids=ids.tobytes(), update_boxes=b"\0" * 7), 2)
+        protocol.frame_arrays(frame_pb2.Frame(update_ids=ids.tobytes(), update_boxes=b"\0" * 7), 2)
     assert ei.value.field == "update_boxes"
 
 
@@ -101,11 +102,11 @@ def test_slow_subscriber_is_dropped_not_blocking():
 
     sub = Subscriber(limit=3)
     for i in range(10):                      # the world never waits for a subscriber
-        sub.offer(bytes([i]))
+        sub.offer(i)
     got = []
     while (item := sub.next(timeout=5)) is not None:
         got.append(item)
-    assert sub.dropped and got == [b"\x00", b"\x01", b"\x02"]
+    assert sub.dropped and got == [0, 1, 2]
 
 
 def test_a_world_runs_one_job_at_a_time_in_arrival_order():
@@ -117,13 +118,14 @@ def test_a_world_runs_one_job_at_a_time_in_arrival_order():
 
     metrics = Metrics(process=False)
     registry = Registry(metrics, queue_size=3)
-    runner = registry.create("l", world_pb2.WorldConfig(dims=2, bounds=[0, 0, 10, 10], cells=[2, 2]))
-    release = threading.Event()
+    runner = registry.create("l", WorldConfig(dims=2, bounds=(0, 0, 10, 10), cells=(2, 2)))
+    started, release = threading.Event(), threading.Event()
     order, errors_seen = [], []
 
     def job(i, caller=None):
         def work():
             if i == 0:
+                started.set()
                 release.wait(30)
             order.append(i)
             return i
@@ -134,8 +136,7 @@ def test_a_world_runs_one_job_at_a_time_in_arrival_order():
 
     first = threading.Thread(target=job, args=(0,))
     first.start()
-    while not runner._busy:
-        time.sleep(0.001)
+    assert started.wait(30)
     gone = Caller()
     threads = []
     for i, caller in ((1, None), (2, gone), (3, None)):
@@ -153,4 +154,4 @@ def test_a_world_runs_one_job_at_a_time_in_arrival_order():
         t.join(30)
     assert order == [0, 1, 3]
     assert sorted(errors_seen) == [(2, "Cancelled"), (4, "Exhausted")]
-    assert not runner._busy and not runner.pending
+    assert not runner.pending and job(5) == 5              # the world is free again

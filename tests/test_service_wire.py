@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sapgrid.client.codec import encode_frame
-from sapgrid.server.wire import FrameView, read_frame, varint_field, wrap
+from sapgrid.server.protocol import FrameView, read_frame, varint_field, wrap
 from sapgrid.v1 import frame_pb2, sapgrid_service_pb2 as pb
 
 FIELDS = ("remove_ids", "add_ids", "add_boxes", "add_category", "add_mask", "add_static", "update_ids",

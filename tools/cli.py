@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-DEFAULT_SERVER = "127.0.0.1:50051"
+from sapgrid import DEFAULT_ADDRESS as DEFAULT_SERVER
 
 
 def _add_server(parser: argparse.ArgumentParser, default: str | None = DEFAULT_SERVER) -> None:

@@ -2,7 +2,7 @@
 
 One trace tick is one ``World.step`` (removes, then updates, then adds), in
 process through :class:`sapcore.World` or, with ``--server HOST:PORT``,
-through the service (:class:`sapgrid.client.RemoteWorld`, same interface).
+through the service (:class:`sapgrid.tools.remote_world.RemoteWorld`, same interface).
 
 Timing follows the benchmark kit: ``build_ms`` is the initial batch insert of
 the trace's objects in one step; per-tick statistics are over the wall time
@@ -107,7 +107,7 @@ def make_config(trace: traces.Trace, threads: int | None = None, cells=None) -> 
 def open_world(config, server: str | None = None, expected_objects: int = 0):
     """Context manager yielding a fresh world: in process, or on ``server`` (deleted on exit)."""
     if server:
-        from sapgrid.client import RemoteWorld
+        from sapgrid.tools.remote_world import RemoteWorld
         return RemoteWorld.connect(server, config, name=None, expected_objects=expected_objects)
     return contextlib.nullcontext(sapcore.World(config))
 

@@ -1,29 +1,62 @@
-"""numpy <-> protobuf for the client (layouts documented in proto/sapgrid/v1/frame.proto)."""
+"""numpy <-> protobuf for the client, and the client's own result types (no engine needed).
+
+Byte layouts: ``sapgrid.layout`` (documented in proto/sapgrid/v1/frame.proto).
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from sapcore.types import Delta, FrameStats, WorldConfig
-
+from sapgrid.layout import F32, U32, U64, config_message, pairs_array, to_bytes
 from sapgrid.v1 import frame_pb2, world_pb2
 
-U64 = np.dtype("<u8")
-U32 = np.dtype("<u4")
-F32 = np.dtype("<f4")
-_NO_PAIRS = np.empty((0, 2), U64)
+__all__ = ["FrameStats", "RemoteDelta", "WorldConfig", "WorldInfo", "config_message", "delta_from",
+           "encode_frame", "info_from", "pairs_array"]
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    """A world's configuration as the server reports it (the fields of sapcore.WorldConfig)."""
+
+    dims: int
+    bounds: tuple
+    cells: tuple
+    threads: int | None = None
+    max_objects: int = 0
+    coord_limit: float = 0.0
 
 
 @dataclass
-class RemoteDelta(Delta):
-    """A sapcore.types.Delta plus what the service adds.
+class FrameStats:
+    """Work counters and engine timings of one frame (seconds), as sapcore.FrameStats."""
 
-    seq : the frame's client sequence number; frame : frames the world has applied (this one included);
-    world : world name; queue_s / server_s : seconds queued / from receipt to delta on the server.
-    created / deleted are read-only uint64 [K, 2] views of the received bytes.
+    objects: int = 0
+    pairs: int = 0
+    created: int = 0
+    deleted: int = 0
+    swaps: int = 0
+    cells_touched: int = 0
+    cell_overflows: int = 0
+    validate_s: float = 0.0
+    rasterize_s: float = 0.0
+    apply_s: float = 0.0
+    merge_s: float = 0.0
+    total_s: float = 0.0
+
+
+@dataclass
+class RemoteDelta:
+    """The answer to a frame: the pairs that started (created) and stopped (deleted) overlapping.
+
+    created / deleted: read-only uint64 [K, 2] views of the received bytes, rows (low id, high id),
+    sorted. seq: the frame's client sequence number; frame: frames the world has applied (this one
+    included); world: its name; queue_s / server_s: seconds queued / from receipt to delta on the server.
     """
 
+    created: np.ndarray
+    deleted: np.ndarray
+    stats: FrameStats = field(default_factory=FrameStats)
     seq: int = 0
     frame: int = 0
     world: str = ""
@@ -46,12 +79,6 @@ class WorldInfo:
     last_frame: FrameStats | None
 
 
-def _bytes(a, dtype) -> bytes:
-    if a is None:
-        return b""
-    return np.ascontiguousarray(a, dtype=dtype).tobytes()
-
-
 def encode_frame(world: str, seq: int, remove_ids=None, add_ids=None, add_boxes=None, add_category=None,
                  add_mask=None, add_static=None, update_ids=None, update_boxes=None, *,
                  into: frame_pb2.Frame | None = None) -> frame_pb2.Frame:
@@ -66,14 +93,10 @@ def encode_frame(world: str, seq: int, remove_ids=None, add_ids=None, add_boxes=
                                ("add_mask", add_mask, U32), ("update_ids", update_ids, U64),
                                ("update_boxes", update_boxes, F32)):
         if value is not None:
-            setattr(f, name, _bytes(value, dtype))
+            setattr(f, name, to_bytes(value, dtype))
     if add_static is not None:
         f.add_static = np.asarray(add_static, dtype=bool).view(np.uint8).tobytes()
     return f
-
-
-def pairs_array(raw: bytes) -> np.ndarray:
-    return np.frombuffer(raw, U64).reshape(-1, 2) if raw else _NO_PAIRS
 
 
 def stats_from(msg: world_pb2.FrameStats) -> FrameStats:
@@ -89,18 +112,6 @@ def delta_from(msg: frame_pb2.Delta) -> RemoteDelta:
                        queue_s=msg.stats.queue_seconds, server_s=msg.stats.server_seconds)
 
 
-def config_message(cfg: WorldConfig | None = None, *, dims: int = 2, bounds=None, cells=None,
-                    expected_objects: int = 0) -> world_pb2.WorldConfig:
-    if cfg is not None:
-        return world_pb2.WorldConfig(dims=cfg.dims, bounds=list(cfg.bounds), cells=list(cfg.cells),
-                                     threads=cfg.threads or 0, max_objects=cfg.max_objects,
-                                     coord_limit=cfg.coord_limit, expected_objects=expected_objects)
-    if bounds is None:
-        bounds = (0.0,) * dims + (1000.0,) * dims
-    return world_pb2.WorldConfig(dims=dims, bounds=list(bounds), cells=list(cells or ()),
-                                 expected_objects=expected_objects)
-
-
 def config_from(msg: world_pb2.WorldConfig) -> WorldConfig:
     return WorldConfig(dims=msg.dims, bounds=tuple(msg.bounds), cells=tuple(msg.cells), threads=msg.threads or None,
                        max_objects=msg.max_objects, coord_limit=msg.coord_limit)
@@ -110,5 +121,22 @@ def info_from(msg: world_pb2.WorldInfo) -> WorldInfo:
     s = msg.stats
     return WorldInfo(name=msg.name, config=config_from(msg.config), objects=s.objects, pairs=s.pairs,
                      frames=s.frames, frames_rejected=s.frames_rejected, queue_depth=s.queue_depth,
-                     subscribers=s.subscribers, last_frame=stats_from(s.last_frame) if s.HasField("last_frame")
-                     else None)
+                     subscribers=s.subscribers,
+                     last_frame=stats_from(s.last_frame) if s.HasField("last_frame") else None)
+
+
+def query_result(resp, with_boxes: bool):
+    """ids (uint64 [K]) of a QueryRegionResponse, or (ids, boxes float32 [K, 2*dims]) with boxes."""
+    ids = np.frombuffer(resp.ids, U64)
+    if not with_boxes:
+        return ids
+    boxes = np.frombuffer(resp.boxes, F32)
+    return ids, boxes.reshape(len(ids), -1) if len(ids) else boxes.reshape(0, 0)
+
+
+def region_values(region) -> list[float]:
+    return [float(x) for x in np.asarray(region, dtype=np.float64).ravel()]
+
+
+def join_pairs(chunks: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(chunks) if len(chunks) > 1 else chunks[0] if chunks else pairs_array(b"")

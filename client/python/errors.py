@@ -1,8 +1,8 @@
 """Typed errors of the sapgrid client, carrying the server's message and the field/index at fault.
 
-Every gRPC failure and every rejected frame of a stream becomes one of these. ``InvalidArgument``
-and ``FailedPrecondition`` are also ``sapcore.FrameError`` (so code written against a local
-``sapcore.World`` catches them the same way); ``ResourceExhausted`` is also ``sapcore.CapacityError``.
+Every gRPC failure and every rejected frame of a stream becomes one of these (no engine needed:
+``sapgrid.tools.remote_world.RemoteWorld`` turns them into sapcore's errors for code written against
+a local ``sapcore.World``).
 """
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import re
 import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-
-from sapcore.errors import CapacityError, FrameError
 
 _FIELD_RE = re.compile(r"^(?P<field>[A-Za-z_][A-Za-z0-9_.]*)(\[(?P<index>\d+)\])?$")
 
@@ -35,11 +33,11 @@ class SapgridError(Exception):
         return f"{self.code.name}: {self.message}"
 
 
-class InvalidArgument(SapgridError, FrameError):
+class InvalidArgument(SapgridError):
     code = grpc.StatusCode.INVALID_ARGUMENT
 
 
-class FailedPrecondition(SapgridError, FrameError):
+class FailedPrecondition(SapgridError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
@@ -51,7 +49,7 @@ class AlreadyExists(SapgridError):
     code = grpc.StatusCode.ALREADY_EXISTS
 
 
-class ResourceExhausted(SapgridError, CapacityError):
+class ResourceExhausted(SapgridError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
@@ -83,6 +81,10 @@ def split_field(path: str) -> tuple[str, int]:
     if not m:
         return path or "", -1
     return m["field"], int(m["index"]) if m["index"] is not None else -1
+
+
+def unavailable(message: str) -> SapgridError:
+    return make_error(grpc.StatusCode.UNAVAILABLE, message)
 
 
 def from_rpc_error(err: grpc.RpcError) -> SapgridError:

@@ -1,0 +1,98 @@
+"""Each call of the service defined once: the request it sends and how its answer is read.
+
+``Client`` runs them synchronously, ``AsyncClient`` as coroutines: both implement ``_unary(method,
+request, read, timeout)``; the methods below return what it returns (a value, or an awaitable).
+"""
+from __future__ import annotations
+
+import grpc
+
+from sapgrid import DEFAULT_ADDRESS
+from sapgrid.v1 import sapgrid_service_pb2 as pb
+
+from .codec import (FrameStats, RemoteDelta, WorldConfig, WorldInfo, config_message, delta_from, encode_frame,
+                    info_from, pairs_array, query_result, region_values)
+from .errors import from_frame_error
+
+DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
+
+
+def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+    """Client channel arguments: bounded message sizes and keepalive pings for long-lived streams."""
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 20_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+
+
+def frame_request(world: str, seq: int, arrays: dict) -> pb.StreamFramesRequest:
+    request = pb.StreamFramesRequest()
+    encode_frame(world, seq, **arrays, into=request.frame)
+    return request
+
+
+def frame_answer(resp: pb.StreamFramesResponse) -> RemoteDelta:
+    """The delta of a frame stream's answer; raises the frame's typed error if it was refused."""
+    if resp.WhichOneof("result") == "error":
+        raise from_frame_error(resp.error)
+    return delta_from(resp.delta)
+
+
+def _world(resp) -> WorldInfo:
+    return info_from(resp.world)
+
+
+class Calls:
+    """The unary calls, shared by Client and AsyncClient."""
+
+    stub = None
+
+    def _unary(self, method, request, read, timeout=None):  # pragma: no cover - implemented by the clients
+        raise NotImplementedError
+
+    # ---- worlds -----------------------------------------------------------------------------
+    def create_world(self, name: str, config: WorldConfig | None = None, *, dims: int = 2, bounds=None, cells=None,
+                     expected_objects: int = 0, if_not_exists: bool = False) -> WorldInfo:
+        """Create a world from a config object (sapcore.WorldConfig or WorldConfig), or from
+        dims/bounds/cells (cells None: the server picks)."""
+        msg = config_message(config, dims=dims, bounds=bounds, cells=cells, expected_objects=expected_objects)
+        return self._unary(self.stub.CreateWorld, pb.CreateWorldRequest(name=name, config=msg,
+                                                                        if_not_exists=if_not_exists), _world)
+
+    def delete_world(self, name: str) -> None:
+        return self._unary(self.stub.DeleteWorld, pb.DeleteWorldRequest(name=name), lambda resp: None)
+
+    def list_worlds(self) -> list[WorldInfo]:
+        return self._unary(self.stub.ListWorlds, pb.ListWorldsRequest(),
+                           lambda resp: [info_from(w) for w in resp.worlds])
+
+    def get_world(self, name: str) -> WorldInfo:
+        return self._unary(self.stub.GetWorld, pb.GetWorldRequest(name=name), _world)
+
+    # ---- frames and queries -----------------------------------------------------------------
+    def step(self, world: str, seq: int = 0, *, timeout: float | None = None, **arrays) -> RemoteDelta:
+        """Apply one frame with a unary call (arrays as ``sapcore.World.step`` keywords)."""
+        return self._unary(self.stub.ApplyFrame, pb.ApplyFrameRequest(frame=encode_frame(world, seq, **arrays)),
+                           lambda resp: delta_from(resp.delta), timeout)
+
+    def query(self, world: str, region, include_boxes: bool = False):
+        """Sorted uint64 ids of the live boxes intersecting region (2*dims floats); with boxes: (ids, boxes)."""
+        request = pb.QueryRegionRequest(world=world, region=region_values(region), include_boxes=include_boxes)
+        return self._unary(self.stub.QueryRegion, request, lambda resp: query_result(resp, include_boxes))
+
+    def list_pairs(self, world: str, page_size: int = 0, page_token: str = ""):
+        """One page of active pairs: (uint64 [K, 2], next_page_token or "")."""
+        request = pb.ListPairsRequest(world=world, page_size=page_size, page_token=page_token)
+        return self._unary(self.stub.ListPairs, request, lambda resp: (pairs_array(resp.pairs), resp.next_page_token))
+
+
+def is_cancelled(err: grpc.RpcError) -> bool:
+    return err.code() == grpc.StatusCode.CANCELLED
+
+
+__all__ = ["Calls", "DEFAULT_ADDRESS", "DEFAULT_MAX_MESSAGE_BYTES", "FrameStats", "channel_options", "frame_answer",
+           "frame_request", "is_cancelled"]
