@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sapcore import World, WorldConfig
 from sapgrid.client import Client
-from sapgrid.client.errors import DeadlineExceeded, NotFound, ResourceExhausted
+from sapgrid.client.errors import DeadlineExceeded, NotFound, ResourceExhausted, Unavailable
 from service_helpers import assert_same_pairs, metric_value, random_boxes, scrape
 
 CFG = WorldConfig(dims=2, bounds=(0, 0, 100, 100), cells=(4, 4))
@@ -301,7 +301,7 @@ def test_graceful_stop_serves_open_streams_then_ends_subscriptions(make_server):
         stopper.start()
         while not srv.app.registry.closing:
             time.sleep(0.001)
-        with pytest.raises(Exception):                      # no new calls while stopping
+        with pytest.raises(Unavailable):                    # no new calls while stopping
             c.create_world("late", CFG)
         d = s.step(update_ids=[2], update_boxes=[[5, 5, 6, 6]])   # the open stream is still served
         assert d.deleted.tolist() == [[1, 2]]

@@ -11,7 +11,8 @@ from grpc_status import rpc_status
 from sapcore import WorldConfig
 from sapgrid.client import Client
 from sapgrid.client.codec import encode_frame
-from sapgrid.client.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, SapgridError
+from sapgrid.client.errors import (FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, SapgridError,
+                                   from_rpc_error)
 from sapgrid.v1 import frame_pb2, sapgrid_service_pb2 as pb
 from service_helpers import assert_same_pairs, random_boxes
 
@@ -104,7 +105,10 @@ def _check_error(err: SapgridError, cls, field, index):
 def test_unary_bad_frame_changes_nothing(client, populated, desc, spec, cls, field, index):
     before = _snapshot(client, populated)
     with pytest.raises(cls) as ei:
-        client._unary(client.stub.ApplyFrame, pb.ApplyFrameRequest(frame=_frame(populated, 1, spec)), lambda r: r)
+        try:
+            client.stub.ApplyFrame(pb.ApplyFrameRequest(frame=_frame(populated, 1, spec)))
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
     _check_error(ei.value, cls, field, index)
     _assert_unchanged(before, _snapshot(client, populated))
     assert client.get_world(populated).frames_rejected == 1
@@ -139,9 +143,8 @@ def test_stream_reports_errors_in_place_and_goes_on(client, populated):
 
 
 def test_stream_raw_error_slot_carries_seq_and_code(client, populated):
-    with client.stream(populated) as s:
-        s.send_message(_frame(populated, 42, dict(add_ids=[1], add_boxes=[[0, 0, 1, 1]])))
-        resp = next(s._responses)
+    requests = iter([pb.StreamFramesRequest(frame=_frame(populated, 42, dict(add_ids=[1], add_boxes=[[0, 0, 1, 1]])))])
+    resp = next(client.stub.StreamFrames(requests))
     assert resp.seq == 42 and resp.WhichOneof("result") == "error"
     assert resp.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert resp.error.field == "add_ids" and resp.error.index == 0

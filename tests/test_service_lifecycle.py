@@ -12,6 +12,7 @@ import pytest
 from sapcore import WorldConfig
 from sapgrid.tools import cli
 from sapgrid.client import Client
+from sapgrid.client.errors import InvalidArgument, NotFound
 from sapgrid.server.config import ServerConfig, from_args
 from sapgrid.tools.spawn import SpawnedServer
 from service_helpers import metric_value, random_boxes, scrape
@@ -84,7 +85,7 @@ def test_metrics_move_with_frames(server, client, world_name, rng):
         s.step(add_ids=np.arange(n), add_boxes=random_boxes(rng, n, side=50, size=6))
         for _ in range(3):
             s.step(update_ids=np.arange(n), update_boxes=random_boxes(rng, n, side=50, size=6))
-        with pytest.raises(Exception):
+        with pytest.raises(InvalidArgument):
             s.step(add_ids=[0], add_boxes=[[0, 0, 1, 1]])
     info = client.get_world(world_name)
     text = scrape(server.metrics_url)
@@ -107,7 +108,7 @@ def test_metrics_move_with_frames(server, client, world_name, rng):
 
 
 def test_unknown_world_frames_use_a_bounded_label(server, client):
-    with pytest.raises(Exception):
+    with pytest.raises(NotFound):
         client.step("never-created-xyz", remove_ids=[1])
     text = scrape(server.metrics_url)
     assert "never-created-xyz" not in text
