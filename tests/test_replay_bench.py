@@ -257,3 +257,17 @@ def test_bench_server_delegates(monkeypatch):
     monkeypatch.setattr(bench_server, "run", lambda args: seen.append(args.server) or 7)
     assert _cli("bench", ["--server", "127.0.0.1:1"]) == 7
     assert seen == ["127.0.0.1:1"]
+
+
+def test_bench_many_worlds_mode(capsys):
+    """``sapgrid bench --server spawn --worlds W ...``: every frame asked is answered, and the JSON line
+    carries the figures the many-worlds mode promises."""
+    rc = _cli("bench", ["--server", "spawn", "--worlds", "3", "--objects", "200", "--hz", "20", "--seconds", "1",
+                        "--heavy-objects", "2000", "--json"])
+    assert rc == 0
+    out = _last_json(capsys.readouterr().out)
+    assert out["bench"] == "sapgrid-worlds"
+    assert out["frames_asked"] == 60 and out["frames_delivered"] == 60
+    for key in ("p50_ms", "p99_ms", "server_cpu_ms_per_frame", "echo_cpu_ms_per_frame", "small_p99_alone_ms",
+                "small_p99_with_heavy_ms"):
+        assert out[key] > 0, key

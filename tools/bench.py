@@ -290,8 +290,8 @@ def environment() -> dict:
 def run(args: argparse.Namespace) -> int:
     """Run ``sapgrid bench``; return the exit status (1 if any check failed)."""
     if getattr(args, "server", None):
-        from sapgrid.tools import bench_server
-        return bench_server.run(args)
+        from sapgrid.tools import bench_server, bench_worlds
+        return (bench_worlds if getattr(args, "worlds", 0) else bench_server).run(args)
     try:
         scens = [s for s in args.scenarios.split(",") if s]
         sizes = [int(v) for v in str(args.sizes).split(",") if v]

@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     from sapgrid.tools import bench_server
 
     bench_server.add_arguments(p)
+    from sapgrid.tools import bench_worlds
+
+    bench_worlds.add_arguments(p)
     p.set_defaults(func=_cmd_bench)
     return ap
 

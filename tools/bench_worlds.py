@@ -1,0 +1,258 @@
+"""``sapgrid bench --server HOST:PORT|spawn --worlds W --objects N --hz H``: many small worlds.
+
+1. Many worlds: W worlds of N objects, one frame stream each, every object moving a little every
+   frame, each stream paced at H frames/s for ``--seconds``; reports frames asked and delivered, round
+   trip p50 / p99 (send -> delta, measured by the load generator), the server's CPU per frame and
+   the load generator's own CPU.
+2. Echo baseline: the server's CPU per message of a bare ``EchoService`` stream carrying the same
+   bytes (same pacing), so ``server_cpu_ms_per_frame / echo_cpu_ms_per_frame`` is the service's own
+   cost per frame over gRPC's.
+3. Heavy neighbour: a world of 100-object frames streams alone at H frames/s (p99 alone), then again
+   while a heavy world (``--heavy-objects``, frames sent back to back) streams in the same server;
+   reports the small world's p99 with the neighbour / alone.
+
+The load generator is one asyncio loop with raw stubs and frames encoded before the timed part.
+Server CPU is read from /proc/PID/stat, so it needs the server's PID: ``spawn``, or ``--server-pid``.
+With ``--json`` the last line is one JSON object of every figure.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+
+import grpc
+import numpy as np
+
+from sapgrid.client import Client, channel_options
+from sapgrid.client.codec import encode_frame
+from sapgrid.v1 import echo_service_pb2 as echo_pb
+from sapgrid.v1 import echo_service_pb2_grpc as echo_grpc
+from sapgrid.v1 import sapgrid_service_pb2 as pb
+from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
+
+CYCLE = 30                         # distinct frames per world; positions return to the start after a cycle
+TARGETS = dict(delivered_fraction=0.99, p99_ms=10.0, cpu_ratio=1.5, neighbour_ratio=3.0)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--worlds", type=int, default=0, help="server bench: many-worlds mode, W worlds/streams")
+    parser.add_argument("--objects", type=int, default=1000, help="many-worlds mode: objects per world")
+    parser.add_argument("--hz", type=float, default=30.0, help="many-worlds mode: frames/s per stream")
+    parser.add_argument("--seconds", type=float, default=10.0, help="many-worlds mode: seconds per measure")
+    parser.add_argument("--heavy-objects", type=int, default=100_000,
+                        help="many-worlds mode: the heavy neighbour's objects (0: skip that measure)")
+    parser.add_argument("--server-pid", type=int, default=0, help="PID of a server given by address (its CPU)")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _moving_frames(world: str, n: int, rng: np.random.Generator, side: float = 1000.0) -> tuple:
+    """(the add request, CYCLE update requests): n boxes drifting on circles, back at the start after CYCLE."""
+    ids = np.arange(1, n + 1, dtype=np.uint64)
+    centre = rng.uniform(0, side, size=(n, 2))
+    half = rng.uniform(1.0, 4.0, size=(n, 2))
+    phase = rng.uniform(0, 2 * np.pi, size=n)
+    radius = rng.uniform(2.0, 8.0, size=n)
+
+    def boxes(t: int) -> np.ndarray:
+        a = phase + 2 * np.pi * t / CYCLE
+        c = centre + radius[:, None] * np.stack([np.cos(a), np.sin(a)], axis=1)
+        return np.concatenate([c - half, c + half], axis=1).astype(np.float32)
+
+    add = pb.StreamFramesRequest()
+    encode_frame(world, 0, add_ids=ids, add_boxes=boxes(0), into=add.frame)
+    updates = []
+    for t in range(1, CYCLE + 1):
+        req = pb.StreamFramesRequest()
+        encode_frame(world, t, update_ids=ids, update_boxes=boxes(t), into=req.frame)
+        updates.append(req)
+    return add, updates
+
+
+async def _paced_stream(stub, requests: list, hz: float, seconds: float, start: float, rtts: list) -> int:
+    """Send requests[i % len] at start + i/hz until start + seconds, each answered before the next;
+    return the frames answered. A stream that falls behind its schedule sends at once (no catch-up burst)."""
+    call = stub.StreamFrames()
+    done = 0
+    try:
+        i, end = 0, start + seconds
+        while True:
+            due = start + i / hz
+            if due >= end or time.perf_counter() >= end:
+                break
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            t0 = time.perf_counter()
+            await call.write(requests[i % len(requests)])
+            resp = await call.read()
+            if resp is grpc.aio.EOF or resp.WhichOneof("result") != "delta":
+                raise RuntimeError(f"frame refused: {resp}")
+            rtts.append(time.perf_counter() - t0)
+            done += 1
+            i += 1
+    finally:
+        await call.done_writing()
+    return done
+
+
+async def _echo_stream(stub, payload: bytes, reply: int, hz: float, seconds: float, start: float) -> int:
+    call = stub.EchoStream()
+    i = 0
+    while start + i / hz < start + seconds:
+        delay = start + i / hz - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await call.write(echo_pb.EchoStreamRequest(payload=payload, reply_bytes=reply))
+        await call.read()
+        i += 1
+    await call.done_writing()
+    return i
+
+
+def _setup_worlds(address: str, names: list[str], n: int, seed: int) -> dict:
+    """Create the worlds and add their objects; return name -> update requests."""
+    rng = np.random.default_rng(seed)
+    frames = {}
+    with Client(address, timeout=600) as c:
+        for name in names:
+            c.create_world(name, dims=2, bounds=(0, 0, 1000, 1000), expected_objects=n)
+            add, updates = _moving_frames(name, n, rng)
+            with c.stream(name) as s:
+                s.send_request(add)
+                s.recv()
+            frames[name] = updates
+    return frames
+
+
+def _drop_worlds(address: str, names: list[str]) -> None:
+    with Client(address, timeout=600) as c:
+        for name in names:
+            c.delete_world(name)
+
+
+async def _many(address: str, frames: dict, hz: float, seconds: float) -> tuple[int, list]:
+    async with grpc.aio.insecure_channel(address, options=channel_options()) as channel:
+        stub = pb_grpc.SapgridServiceStub(channel)
+        rtts: list[float] = []
+        start = time.perf_counter() + 0.2
+        done = await asyncio.gather(*(_paced_stream(stub, reqs, hz, seconds, start, rtts) for reqs in frames.values()))
+    return sum(done), rtts
+
+
+async def _echo(address: str, frames: dict, hz: float, seconds: float) -> int:
+    sample = next(iter(frames.values()))[0]
+    payload, reply = sample.SerializeToString(), 120            # a delta of a moving 1k world is ~100 B
+    async with grpc.aio.insecure_channel(address, options=channel_options()) as channel:
+        stub = echo_grpc.EchoServiceStub(channel)
+        start = time.perf_counter() + 0.2
+        done = await asyncio.gather(*(_echo_stream(stub, payload, reply, hz, seconds, start) for _ in frames))
+    return sum(done)
+
+
+async def _neighbour(address: str, small: list, heavy: list | None, hz: float, seconds: float) -> list:
+    """The small world's round trips at hz, while the heavy world (if any) streams frames back to back."""
+    async with grpc.aio.insecure_channel(address, options=channel_options()) as channel:
+        stub = pb_grpc.SapgridServiceStub(channel)
+        rtts: list[float] = []
+        start = time.perf_counter() + 0.2
+        tasks = [_paced_stream(stub, small, hz, seconds, start, rtts)]
+        if heavy is not None:
+            tasks.append(_paced_stream(stub, heavy, 1e6, seconds, start, []))
+        await asyncio.gather(*tasks)
+    return rtts
+
+
+def _ms(rtts: list, q: float) -> float:
+    return float(np.percentile(np.asarray(rtts) * 1e3, q)) if rtts else float("nan")
+
+
+def _measured(pid: int, work):
+    """(result of work(), server CPU seconds, this process's CPU seconds)."""
+    s0 = _cpu_seconds(pid) if pid else float("nan")
+    g0 = time.process_time()
+    out = work()
+    return out, (_cpu_seconds(pid) if pid else float("nan")) - s0, time.process_time() - g0
+
+
+def measure(address: str, pid: int, worlds: int, objects: int, hz: float, seconds: float, heavy_objects: int,
+            seed: int = 1) -> dict:
+    names = [f"bench-w{i:03d}-{os.getpid()}" for i in range(worlds)]
+    frames = _setup_worlds(address, names, objects, seed)
+    try:
+        (delivered, rtts), server_cpu, gen_cpu = _measured(pid, lambda: asyncio.run(_many(address, frames, hz, seconds)))
+        echoed, echo_cpu, _ = _measured(pid, lambda: asyncio.run(_echo(address, frames, hz, seconds)))
+    finally:
+        _drop_worlds(address, names)
+    asked = int(sum(np.ceil(seconds * hz) for _ in names))
+    out = dict(worlds=worlds, objects=objects, hz=hz, seconds=seconds, frames_asked=asked,
+               frames_delivered=delivered, frames_per_s=delivered / seconds, p50_ms=_ms(rtts, 50),
+               p99_ms=_ms(rtts, 99), server_cpu_ms_per_frame=server_cpu * 1e3 / max(delivered, 1),
+               echo_cpu_ms_per_frame=echo_cpu * 1e3 / max(echoed, 1),
+               generator_cpu_ms_per_frame=gen_cpu * 1e3 / max(delivered, 1))
+    if heavy_objects:
+        small, heavy = f"bench-small-{os.getpid()}", f"bench-heavy-{os.getpid()}"
+        frames = _setup_worlds(address, [small], 100, seed + 1)
+        frames.update(_setup_worlds(address, [heavy], heavy_objects, seed + 2))
+        try:
+            alone = asyncio.run(_neighbour(address, frames[small], None, hz, seconds))
+            beside = asyncio.run(_neighbour(address, frames[small], frames[heavy], hz, seconds))
+        finally:
+            _drop_worlds(address, [small, heavy])
+        out.update(small_p99_alone_ms=_ms(alone, 99), small_p99_with_heavy_ms=_ms(beside, 99),
+                   heavy_objects=heavy_objects)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    spawned = None
+    address, pid = args.server, int(getattr(args, "server_pid", 0) or 0)
+    if address == "spawn":
+        from sapgrid.tools.spawn import SpawnedServer
+
+        spawned = SpawnedServer("--default-world", "", "--max-worlds", str(max(256, args.worlds + 8)),
+                                "--metrics-port", "-1")
+        address, pid = spawned.address, spawned.proc.pid
+    try:
+        print(f"sapgrid bench --server {address}: {args.worlds} worlds x {args.objects} objects x {args.hz:g} Hz "
+              f"for {args.seconds:g} s...", flush=True)
+        r = measure(address, pid, args.worlds, args.objects, args.hz, args.seconds, args.heavy_objects,
+                    int(getattr(args, "seed", 1) or 1))
+    finally:
+        if spawned is not None:
+            spawned.stop()
+    cpu_ratio = r["server_cpu_ms_per_frame"] / r["echo_cpu_ms_per_frame"] if pid else float("nan")
+    r["cpu_ratio"] = cpu_ratio
+    fraction = r["frames_delivered"] / r["frames_asked"]
+
+    def ok(good: bool) -> str:
+        return "ok" if good else "MISSED"
+
+    print()
+    print("| measure | value | target | |")
+    print("|---|---:|---:|---|")
+    print(f"| frames delivered / asked | {r['frames_delivered']} / {r['frames_asked']} ({fraction:.1%}) | >= 99% "
+          f"| {ok(fraction >= TARGETS['delivered_fraction'])} |")
+    print(f"| frames/s | {r['frames_per_s']:.0f} | | |")
+    print(f"| round trip p50 / p99 | {r['p50_ms']:.2f} / {r['p99_ms']:.2f} ms | p99 < 10 ms "
+          f"| {ok(r['p99_ms'] < TARGETS['p99_ms'])} |")
+    print(f"| server CPU per frame / per echo message | {r['server_cpu_ms_per_frame']:.3f} / "
+          f"{r['echo_cpu_ms_per_frame']:.3f} ms ({cpu_ratio:.2f}x) | <= 1.5x | {ok(cpu_ratio <= TARGETS['cpu_ratio'])} |")
+    print(f"| load generator CPU per frame | {r['generator_cpu_ms_per_frame']:.3f} ms | | |")
+    if "small_p99_alone_ms" in r:
+        ratio = r["small_p99_with_heavy_ms"] / r["small_p99_alone_ms"]
+        r["neighbour_ratio"] = ratio
+        print(f"| 100-object world p99 alone / beside a {r['heavy_objects']}-object world | "
+              f"{r['small_p99_alone_ms']:.2f} / {r['small_p99_with_heavy_ms']:.2f} ms ({ratio:.2f}x) | <= 3x "
+              f"| {ok(ratio <= TARGETS['neighbour_ratio'])} |")
+    if getattr(args, "json", False):
+        print(json.dumps(dict(bench="sapgrid-worlds", **r)))
+    return 0
