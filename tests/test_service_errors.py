@@ -186,3 +186,20 @@ def test_oversized_message_is_refused_and_server_lives(make_server):
         assert c.get_world("default").objects == 0
         d = c.step("default", add_ids=[1, 2], add_boxes=[[0, 0, 1, 1], [1, 1, 2, 2]])
         assert d.created.tolist() == [[1, 2]]
+
+
+def test_a_frame_over_the_clients_message_limit_is_refused_before_it_is_sent(server, world_name):
+    """A frame larger than the channel's limit fails at once with a message saying how to raise it; the
+    stream stays usable (gRPC itself would end the whole stream)."""
+    n = 5_000                                                    # 120 kB > 64 kB
+    big = dict(add_ids=np.arange(n), add_boxes=np.tile([[0, 0, 1, 1]], (n, 1)))
+    with Client(server.address, max_message_bytes=64 * 1024) as c:
+        c.create_world(world_name, dims=2, bounds=(0, 0, 10, 10), cells=(2, 2))
+        with pytest.raises(ResourceExhausted, match="max-message-bytes") as ei:
+            c.step(world_name, **big)
+        assert ei.value.field == "frame"
+        with c.stream(world_name) as s:
+            with pytest.raises(ResourceExhausted, match="message limit"):
+                s.send(**big)
+            assert s.step(add_ids=[1, 2], add_boxes=[[0, 0, 1, 1], [1, 1, 2, 2]]).created.tolist() == [[1, 2]]
+        assert c.get_world(world_name).frames == 1

@@ -12,7 +12,7 @@ from sapgrid.v1 import sapgrid_service_pb2 as pb
 
 from .codec import (FrameStats, RemoteDelta, WorldConfig, WorldInfo, config_message, delta_from, encode_frame,
                     info_from, pairs_array, query_result, region_values)
-from .errors import from_frame_error
+from .errors import from_frame_error, make_error
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
 
@@ -27,6 +27,17 @@ def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
     ]
+
+
+def check_size(request, limit: int) -> None:
+    """Refuse a request larger than the channel's message limit before it is sent (gRPC would end the
+    whole stream with a terse RESOURCE_EXHAUSTED)."""
+    size = request.ByteSize()
+    if size > limit:
+        raise make_error(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         f"frame: {size} bytes is more than the message limit of {limit} bytes; raise it on both "
+                         f"sides (Client(max_message_bytes=...) and sapgrid serve --max-message-bytes) or send "
+                         f"the objects in several frames", "frame")
 
 
 def frame_request(world: str, seq: int, arrays: dict) -> pb.StreamFramesRequest:
@@ -50,6 +61,7 @@ class Calls:
     """The unary calls, shared by Client and AsyncClient."""
 
     stub = None
+    max_message_bytes = DEFAULT_MAX_MESSAGE_BYTES
 
     def _unary(self, method, request, read, timeout=None):  # pragma: no cover - implemented by the clients
         raise NotImplementedError
@@ -76,8 +88,9 @@ class Calls:
     # ---- frames and queries -----------------------------------------------------------------
     def step(self, world: str, seq: int = 0, *, timeout: float | None = None, **arrays) -> RemoteDelta:
         """Apply one frame with a unary call (arrays as ``sapcore.World.step`` keywords)."""
-        return self._unary(self.stub.ApplyFrame, pb.ApplyFrameRequest(frame=encode_frame(world, seq, **arrays)),
-                           lambda resp: delta_from(resp.delta), timeout)
+        request = pb.ApplyFrameRequest(frame=encode_frame(world, seq, **arrays))
+        check_size(request, self.max_message_bytes)
+        return self._unary(self.stub.ApplyFrame, request, lambda resp: delta_from(resp.delta), timeout)
 
     def query(self, world: str, region, include_boxes: bool = False):
         """Sorted uint64 ids of the live boxes intersecting region (2*dims floats); with boxes: (ids, boxes)."""

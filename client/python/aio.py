@@ -8,8 +8,8 @@ import numpy as np
 
 from sapgrid.v1 import sapgrid_service_pb2 as pb, sapgrid_service_pb2_grpc as pb_grpc
 
-from ._calls import (DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Calls, channel_options, frame_answer, frame_request,
-                     is_cancelled)
+from ._calls import (DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Calls, channel_options, check_size, frame_answer,
+                     frame_request, is_cancelled)
 from .codec import RemoteDelta, delta_from, join_pairs, pairs_array
 from .errors import from_rpc_error, unavailable
 
@@ -17,15 +17,19 @@ from .errors import from_rpc_error, unavailable
 class AsyncFrameStream:
     """One StreamFrames call (asyncio). ``send`` may run ahead of ``recv``; answers come in order."""
 
-    def __init__(self, stub: pb_grpc.SapgridServiceStub, world: str = "", timeout: float | None = None):
+    def __init__(self, stub: pb_grpc.SapgridServiceStub, world: str = "", timeout: float | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
         self.world = world
+        self.max_message_bytes = max_message_bytes
         self._call = stub.StreamFrames(timeout=timeout)
         self._seq = itertools.count(1)
 
     async def send(self, *, world: str | None = None, seq: int | None = None, **arrays) -> int:
         seq = next(self._seq) if seq is None else seq
+        request = frame_request(world or self.world, seq, arrays)
+        check_size(request, self.max_message_bytes)
         try:
-            await self._call.write(frame_request(world or self.world, seq, arrays))
+            await self._call.write(request)
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
         return seq
@@ -64,6 +68,7 @@ class AsyncClient(Calls):
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
         self.address = address
         self.timeout = timeout
+        self.max_message_bytes = max_message_bytes
         self.channel = grpc.aio.insecure_channel(address, options=channel_options(max_message_bytes))
         self.stub = pb_grpc.SapgridServiceStub(self.channel)
 
@@ -75,7 +80,7 @@ class AsyncClient(Calls):
         return read(resp)
 
     def stream(self, world: str = "", timeout: float | None = None) -> AsyncFrameStream:
-        return AsyncFrameStream(self.stub, world, timeout)
+        return AsyncFrameStream(self.stub, world, timeout, self.max_message_bytes)
 
     async def pairs(self, world: str, chunk_size: int = 0) -> np.ndarray:
         try:

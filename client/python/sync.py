@@ -9,8 +9,8 @@ import numpy as np
 
 from sapgrid.v1 import sapgrid_service_pb2 as pb, sapgrid_service_pb2_grpc as pb_grpc
 
-from ._calls import (DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Calls, channel_options, frame_answer, frame_request,
-                     is_cancelled)
+from ._calls import (DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Calls, channel_options, check_size, frame_answer,
+                     frame_request, is_cancelled)
 from .codec import RemoteDelta, delta_from, join_pairs, pairs_array
 from .errors import SapgridError, from_rpc_error, unavailable
 
@@ -20,8 +20,10 @@ _END = object()
 class FrameStream:
     """One StreamFrames call (sync). ``send`` may run ahead of ``recv`` (pipelining); answers come in order."""
 
-    def __init__(self, stub: pb_grpc.SapgridServiceStub, world: str = "", timeout: float | None = None):
+    def __init__(self, stub: pb_grpc.SapgridServiceStub, world: str = "", timeout: float | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
         self.world = world
+        self.max_message_bytes = max_message_bytes
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._responses = stub.StreamFrames(iter(self._requests.get, _END), timeout=timeout)
         self._seq = itertools.count(1)
@@ -39,6 +41,7 @@ class FrameStream:
 
     def send_request(self, request: pb.StreamFramesRequest) -> None:
         """Send a ready request (no copy)."""
+        check_size(request, self.max_message_bytes)
         self._requests.put(request)
         self.in_flight += 1
 
@@ -97,6 +100,7 @@ class Client(Calls):
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
         self.address = address
         self.timeout = timeout
+        self.max_message_bytes = max_message_bytes
         self.channel = grpc.insecure_channel(address, options=channel_options(max_message_bytes))
         self.stub = pb_grpc.SapgridServiceStub(self.channel)
 
@@ -116,7 +120,7 @@ class Client(Calls):
 
     def stream(self, world: str = "", timeout: float | None = None) -> FrameStream:
         """Open a bidirectional frame stream (frames name ``world`` unless ``send(world=...)``)."""
-        return FrameStream(self.stub, world, timeout)
+        return FrameStream(self.stub, world, timeout, self.max_message_bytes)
 
     def pairs(self, world: str, chunk_size: int = 0) -> np.ndarray:
         """All active pairs of one snapshot, uint64 [P, 2] sorted (streamed in chunks)."""
