@@ -217,16 +217,15 @@ def test_few_movers_in_crowded_cells(dims):
 def test_arena_compaction_keeps_every_cell(monkeypatch):
     """Cells that outgrow their regions leave garbage behind; compacting the arenas (here on every
     occasion) moves every cell's SAP and pair set without changing a pair."""
-    import sapcore.world as world_mod
-    monkeypatch.setattr(world_mod, "_COMPACT_MIN_UNITS", 0)
+    import sapcore.arena as arena_mod
+    monkeypatch.setattr(arena_mod, "COMPACT_MIN_UNITS", 0)
     calls = {"sap": 0, "pm": 0}
-    for name, kind in (("_compact_sap", "sap"), ("_compact_pm", "pm")):
-        real = getattr(world_mod.World, name)
+    real = arena_mod.Arena.compact
 
-        def counted(self, *a, _real=real, _kind=kind, **k):
-            calls[_kind] += 1
-            return _real(self, *a, **k)
-        monkeypatch.setattr(world_mod.World, name, counted)
+    def counted(self, *a, **k):
+        calls["sap" if self.pad else "pm"] += 1           # the SAP arena's regions have a sentinel unit
+        return real(self, *a, **k)
+    monkeypatch.setattr(arena_mod.Arena, "compact", counted)
     rng = np.random.default_rng(5)
     cfg = WorldConfig(dims=2, bounds=(0.0, 0.0, 40.0, 40.0), cells=(6, 6), threads=2)
     t = Twin(cfg, queries_per_frame=1)
@@ -249,7 +248,7 @@ def test_the_guiding_list_is_the_updates_then_the_new_objects(twin):
     frame of adds only appends to it; a frame that removes without updating empties it (the removed
     may be on it). Every frame is checked against the oracle as well."""
     t, rng, ids, boxes = twin
-    last = lambda: t.world._last_ids.tolist()                          # noqa: E731
+    last = lambda: t.world.update_list.ids.tolist()                          # noqa: E731
     new = np.arange(10**6, 10**6 + 5, dtype=np.uint64)
     t.step(update_ids=ids, update_boxes=_move(rng, boxes), add_ids=new, add_boxes=_boxes(rng, 5))
     assert last() == ids.tolist() + new.tolist()
@@ -274,7 +273,7 @@ def test_a_repeated_list_keeps_its_boxes_by_row(twin):
     boxes = boxes.copy()
     boxes[5] = [0.0, 1.0, 0.5, 2.0]
     t.step(update_ids=ids, update_boxes=boxes)
-    assert t.world._last_boxes is not None                  # the second frame of this list: rows kept
+    assert t.world.update_list.rows is not None                  # the second frame of this list: rows kept
     signed = boxes.copy()
     signed[5, 0] = np.float32(-0.0)
     d = t.step(update_ids=ids, update_boxes=signed)         # equal boxes (-0.0 == +0.0): a still frame
@@ -294,14 +293,14 @@ def test_a_repeated_list_keeps_its_boxes_by_row(twin):
         t.step(update_ids=ids, update_boxes=late)
     new = np.arange(10**6, 10**6 + 3, dtype=np.uint64)
     t.step(update_ids=ids, update_boxes=late, add_ids=new, add_boxes=_boxes(rng, 3))
-    assert t.world._last_boxes.shape[0] == N + 3            # the list and its rows: the updates, then the adds
+    assert t.world.update_list.rows.shape[0] == N + 3            # the list and its rows: the updates, then the adds
     every = np.concatenate([ids, new])
     eb = np.concatenate([late, t.world.boxes(new)])
     keep = np.ones(len(every), bool)
     keep[rng.choice(len(every), 40, replace=False)] = False
     eb[keep] = _move(rng, eb[keep], frac=0.5)
     t.step(update_ids=every[keep], update_boxes=eb[keep])   # a list with gaps: rows found along the last one
-    assert t.world._last_boxes.shape[0] == keep.sum()
+    assert t.world.update_list.rows.shape[0] == keep.sum()
     t.step(update_ids=every[keep], update_boxes=eb[keep])   # then the same list, all boxes unchanged
     fewer = keep.copy()
     fewer[np.flatnonzero(keep)[::50]] = False
@@ -309,9 +308,9 @@ def test_a_repeated_list_keeps_its_boxes_by_row(twin):
     assert d.stats.cells_touched == 0                       # row found along the list, nothing moves
     perm = rng.permutation(len(every))
     t.step(update_ids=every[perm], update_boxes=_move(rng, eb[perm]))
-    assert t.world._last_boxes is None                      # a shuffled list: every id looked up, no rows
+    assert t.world.update_list.rows is None                      # a shuffled list: every id looked up, no rows
     t.step(remove_ids=every[perm][:5])
-    assert t.world._last_boxes is None and t.world._last_ids.shape[0] == 0
+    assert t.world.update_list.rows is None and t.world.update_list.ids.shape[0] == 0
 
 
 def test_a_repeated_list_is_still_only_when_every_id_and_box_repeats(twin):
@@ -325,7 +324,7 @@ def test_a_repeated_list_is_still_only_when_every_id_and_box_repeats(twin):
     boxes[N - 1] = [1.0, 0.0, 2.0, 1.5]
     for _ in range(2):                                          # the second frame keeps the rows
         t.step(update_ids=ids, update_boxes=boxes)
-    assert t.world._last_boxes is not None
+    assert t.world.update_list.rows is not None
     for row in (0, 1023, 1024, N - 1):                          # one coordinate, just above the stored one
         for col in (0, 3):
             b = boxes.copy()
@@ -363,7 +362,7 @@ def test_a_repeated_list_is_still_only_when_every_id_and_box_repeats(twin):
     part_ids, part_boxes = ids[:-1], boxes[:-1]
     for _ in range(2):
         t.step(update_ids=part_ids, update_boxes=part_boxes)
-    assert t.world._last_boxes is not None and t.world._last_ids.shape[0] == len(part_ids)
+    assert t.world.update_list.rows is not None and t.world.update_list.ids.shape[0] == len(part_ids)
     other = part_ids.copy()
     other[-1] = ids[-1]
     d = t.step(update_ids=other, update_boxes=part_boxes)
@@ -388,7 +387,7 @@ def test_repeated_lists_of_small_and_large_ids():
         t.step(add_ids=ids, add_boxes=boxes)
         for _ in range(2):
             t.step(update_ids=ids, update_boxes=boxes)
-        assert t.world._last_ids.dtype == (np.uint32 if ids.max() < 2**32 else np.uint64)
+        assert t.world.update_list.ids.dtype == (np.uint32 if ids.max() < 2**32 else np.uint64)
         d = t.step(update_ids=ids, update_boxes=boxes)
         assert d.stats.cells_touched == 0
         high = ids.copy()
@@ -401,7 +400,7 @@ def test_repeated_lists_of_small_and_large_ids():
         t.step(update_ids=ids, update_boxes=moved)
         big = np.array([2**33 + 1, 2**40], np.uint64)           # adds of large ids append to the list
         t.step(add_ids=big, add_boxes=_boxes(rng, 2))
-        assert t.world._last_ids.dtype == np.uint64
+        assert t.world.update_list.ids.dtype == np.uint64
         every = np.concatenate([ids, big])
         eb = t.world.boxes(every)
         d = t.step(update_ids=every, update_boxes=eb)

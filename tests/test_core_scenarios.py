@@ -351,3 +351,40 @@ def test_many_cells_and_huge_boxes(cells):
         twin.step(**f)
         twin.step(update_ids=hid, update_boxes=rng.permutation(huge) if k % 2 else huge * 0.01)
     twin.step(remove_ids=hid)
+
+
+def test_a_world_rebuilt_from_its_objects_continues_like_the_original():
+    """ids(), boxes() and filters() are everything a world is made of: a new world built from them by
+    one batch insert holds the same pairs, and the same next frames give it the same deltas."""
+    from sapcore import FrameError, World
+
+    rng = np.random.default_rng(11)
+    cfg = WorldConfig(dims=3, bounds=(0, 0, 0, 50, 50, 50), cells=(4, 4, 4))
+    w = World(cfg)
+    n = 300
+    ids = rng.choice(10**12, n, replace=False).astype(np.uint64)
+    lo = rng.uniform(0, 45, (n, 3))
+    boxes = np.concatenate([lo, lo + rng.uniform(0.5, 6, (n, 3))], 1).astype(np.float32)
+    cat = rng.integers(1, 4, n).astype(np.uint32)
+    mask = rng.integers(1, 4, n).astype(np.uint32)
+    static = rng.random(n) < 0.2
+    w.step(add_ids=ids, add_boxes=boxes, add_category=cat, add_mask=mask, add_static=static)
+    w.step(remove_ids=ids[:20], update_ids=ids[20:60], update_boxes=boxes[20:60] + np.float32(1))
+    live = w.ids()
+    c, m, s = w.filters(live)
+    assert c.dtype == np.uint32 and m.dtype == np.uint32 and s.dtype == np.bool_
+    order = np.argsort(ids)
+    keep = np.isin(ids[order], live)
+    assert np.array_equal(c, cat[order][keep]) and np.array_equal(s, static[order][keep])
+    copy = World(cfg)
+    copy.step(add_ids=live, add_boxes=w.boxes(live), add_category=c, add_mask=m, add_static=s)
+    assert np.array_equal(copy.pairs(), w.pairs())
+    for _ in range(3):
+        upd = live[rng.random(live.shape[0]) < 0.5]
+        nb = w.boxes(upd) + rng.normal(0, 1, (upd.shape[0], 1)).astype(np.float32)
+        a, b = w.step(update_ids=upd, update_boxes=nb), copy.step(update_ids=upd, update_boxes=nb)
+        assert np.array_equal(a.created, b.created) and np.array_equal(a.deleted, b.deleted)
+    copy.validate()
+    with pytest.raises(FrameError) as ei:
+        w.filters([live[0], ids[0]])                       # ids[0] was removed
+    assert ei.value.field == "ids" and ei.value.index == 1

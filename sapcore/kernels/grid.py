@@ -175,7 +175,10 @@ def grid_rasterize(C, crange, flag, cell_n, rem_h, upd_h, add_h, newr, same, den
     ranges of moved objects that changed cells.
 
     NOTE: only inlined helpers (``NJIT_INLINE``): a real call with array arguments costs atomic
-    reference-count updates per array, more than the per-object work here.
+    reference-count updates per array, more than the per-object work here. This kernel is longer than
+    the others on purpose: cut into inlined steps (output bounds, the walk over a cell range, the
+    counting sort) it measured twice as slow (sparse3d-100k: rasterize 0.9 -> 1.8 ms a tick, batch
+    insert 50-68 -> 87-91 ms), and even with only the bounds and the sort cut out, batch insert was 87 ms.
     """
     nr = rem_h.shape[0]
     nu = upd_h.shape[0]

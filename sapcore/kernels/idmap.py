@@ -4,7 +4,7 @@
 """
 import numpy as np
 
-from .._numba import NJIT, NJIT_INLINE, njit
+from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
 from .hashing import hash_u64
 
 
@@ -86,3 +86,66 @@ def idmap_rebuild(old_keys, old_vals, keys, vals):
     for i in range(old_keys.shape[0]):
         if old_vals[i] >= 0:
             idmap_insert(keys, vals, old_keys[i], old_vals[i])
+
+
+@njit(**NJIT_PARALLEL)
+def idmap_lookup(keys, vals, ids, out):
+    """out[i] = handle of ids[i], or -1 (parallel; the id map is only read)."""
+    for i in prange(ids.shape[0]):
+        out[i] = idmap_find(keys, vals, ids[i])
+
+
+@njit(**NJIT)
+def frame_check_ids(keys, vals, rem_ids, upd_ids, add_ids, rem_h, upd_h, mark, known):
+    """Check every id rule of a frame, given the handles of its removes and updates (-1: unknown).
+
+    ``mark`` is a per-handle uint8 scratch array, all zero on entry and on return. ``known`` 1: the
+    update handles are known to be valid and distinct (``idmap_resolve_seq`` found them all in order):
+    only the removes are marked, and the updates are checked against them; 2: removes and updates are
+    known to be fine (``ids_distinct_listed``): only the adds are checked; 0: everything.
+    Returns (code, which, index): code 0 ok, 1 unknown id, 2 duplicate id, 3 live id re-added;
+    which 0 = remove_ids, 1 = update_ids, 2 = add_ids; index = row at fault.
+    """
+    code, which, index = 0, 0, -1
+    nr = rem_ids.shape[0]
+    nu = upd_ids.shape[0]
+    done = 0
+    for i in range(nr + nu if known != 2 else 0):
+        h = rem_h[i] if i < nr else upd_h[i - nr]
+        if h < 0 or mark[h] != 0:
+            code = 1 if h < 0 else 2
+            which = 0 if i < nr else 1
+            index = i if i < nr else i - nr
+            break
+        if i < nr or known == 0:
+            mark[h] = 1
+            done = i + 1
+        elif nr == 0:
+            break           # distinct valid updates and no removes: nothing to check
+    # the scratch marks must come back all zero
+    for i in range(done):
+        mark[rem_h[i] if i < nr else upd_h[i - nr]] = 0
+    if code != 0:
+        return code, which, index
+    # adds: not live, and no duplicate among themselves (a small scratch hash set)
+    na = add_ids.shape[0]
+    if na == 0:
+        return 0, 0, -1
+    cap = 16
+    while cap < 2 * na + 1:
+        cap *= 2
+    seen = np.empty(cap, np.uint64)
+    used = np.zeros(cap, np.uint8)
+    mask = cap - 1
+    for i in range(na):
+        k = add_ids[i]
+        if idmap_find(keys, vals, k) >= 0:
+            return 3, 2, i
+        j = np.int64(hash_u64(k) & np.uint64(mask))
+        while used[j] != 0:
+            if seen[j] == k:
+                return 2, 2, i
+            j = (j + 1) & mask
+        used[j] = 1
+        seen[j] = k
+    return 0, 0, -1

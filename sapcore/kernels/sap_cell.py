@@ -94,6 +94,276 @@ def _overlap_others(bx_pos, base, s, t, dims, skip):
     return True
 
 
+@njit(**NJIT_INLINE)
+def _emit(ev_key, eo, cap, cnt, key):
+    if cnt < cap:
+        ev_key[eo + cnt] = key
+    return cnt + 1
+
+
+@njit(**NJIT_INLINE)
+def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key, scratch, tid, cell_pm_base,
+                    cell_pm_n, pm_keys, ev_key, eo, cap, cnt):
+    """Step 1, batch remove: boxes removed from the world or leaving cell c lose their pairs, every axis
+    is compacted in one pass and slots are renumbered densely. The moved boxes' new slots are listed in
+    ``scratch[tid, 1]``. Returns (boxes left, moved boxes, event count)."""
+    cz = c % C[2]
+    cy = (c // C[2]) % C[1]
+    cx = c // (C[1] * C[2])
+    k = 0
+    moved = 0
+    for s in range(n):
+        h = bx_h[base + s]
+        if leaves_cell(flag, crange, h, cx, cy, cz, C):
+            scratch[tid, 0, s] = -1
+            k += 1
+        else:
+            scratch[tid, 0, s] = s - k
+            f = flag[h]
+            if f == FLAG_MOVED or f == FLAG_MOVED_CELLS:
+                scratch[tid, 1, moved] = s - k          # the moved box's slot after compaction
+                moved += 1
+    if k == 0:
+        return n, moved, cnt
+    # the cell's pairs that involve a leaving box are removed
+    pb = cell_pm_base[c] // 2
+    for p in range(cell_pm_n[c]):
+        key = pm_keys[pb + p]
+        if (leaves_cell(flag, crange, np.int64(key >> _S32), cx, cy, cz, C)
+                or leaves_cell(flag, crange, np.int64(key & LOW32), cx, cy, cz, C)):
+            cnt = _emit(ev_key, eo, cap, cnt, key | EVENT_REMOVED)
+    # compact every axis in one pass, renumbering slots
+    for a in range(dims):
+        w = 0
+        for e in range(1, 2 * n + 1):
+            kk = ep_key[a, eb + e]
+            ns = scratch[tid, 0, np.int64(kk & SLOT_MASK)]
+            if ns < 0:
+                continue
+            w += 1
+            ep_key[a, eb + w] = (kk & ~SLOT_MASK) | np.uint64(ns)
+            bx_pos[base + ns, 2 * a + np.int64((kk >> _S31) & _ONE)] = w
+    for s in range(n):
+        ns = scratch[tid, 0, s]
+        if ns >= 0:
+            bx_h[base + ns] = bx_h[base + s]
+    return n - k, moved, cnt
+
+
+@njit(**NJIT_INLINE)
+def _write_values(es, a, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u):
+    """The current box of slot es, on axis a, into its two endpoint keys (positions unchanged)."""
+    h = bx_h[base + es]
+    p0 = eb + bx_pos[base + es, 2 * a]
+    p1 = eb + bx_pos[base + es, 2 * a + 1]
+    ep_key[a, p0] = (encode(boxes_u[h, a]) << _S32) | (ep_key[a, p0] & LOW32)
+    ep_key[a, p1] = (encode(boxes_u[h, dims + a]) << _S32) | (ep_key[a, p1] & LOW32)
+
+
+@njit(**NJIT_INLINE)
+def _swap_event(es, ps, em, step, base, dims, a, bx_h, bx_pos, cat, msk, static, ev_key, eo, cap, cnt):
+    """A min and a max of slots es and ps swap on axis a (the four rules): only such a swap changes an
+    overlap on this axis; the other axes are tested by positions (their current order), without branches
+    (the outcome is unpredictable). A min passing a max leftwards (or a max passing a min rightwards)
+    starts an overlap on this axis; the two other cases end one."""
+    b1 = 1 if a == 0 else 0         # the other axes (dims is 2 or 3)
+    b2 = 1 if a == 2 else 2
+    qe = base + es
+    qp = base + ps
+    ok = (bx_pos[qe, 2 * b1] < bx_pos[qp, 2 * b1 + 1]) & (bx_pos[qp, 2 * b1] < bx_pos[qe, 2 * b1 + 1])
+    if dims == 3:
+        ok = ok & ((bx_pos[qe, 2 * b2] < bx_pos[qp, 2 * b2 + 1]) & (bx_pos[qp, 2 * b2] < bx_pos[qe, 2 * b2 + 1]))
+    if ok:
+        ha = bx_h[base + es]
+        hb = bx_h[base + ps]
+        if pair_allowed(cat, msk, static, ha, hb):
+            key = pair_key(ha, hb)
+            if (em == 0) != (step < 0):
+                key |= EVENT_REMOVED
+            cnt = _emit(ev_key, eo, cap, cnt, key)
+    return cnt
+
+
+@njit(**NJIT_INLINE)
+def _move_endpoint(i, few, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static, ev_key, eo, cap, cnt,
+                   sw):
+    """Move the endpoint at position i of axis a left (or, with ``few``, right) to its place, applying
+    the rules at every min/max swap. Returns (event count, swaps)."""
+    kv = ep_key[a, eb + i]
+    hv = kv >> _S31
+    em = np.int64(hv & _ONE)
+    es = np.int64(kv & SLOT_MASK)
+    pk = ep_key[a, eb + i - 1]
+    if (pk >> _S31) > hv:
+        step = -1
+    elif few and i < 2 * n and (ep_key[a, eb + i + 1] >> _S31) < hv:
+        step = 1
+        pk = ep_key[a, eb + i + 1]
+    else:
+        return cnt, sw
+    j = i + step
+    while True:
+        ps = np.int64(pk & SLOT_MASK)
+        pm = np.int64((pk >> _S31) & _ONE)
+        if pm != em:
+            cnt = _swap_event(es, ps, em, step, base, dims, a, bx_h, bx_pos, cat, msk, static, ev_key, eo, cap,
+                              cnt)
+        ep_key[a, eb + j - step] = pk
+        bx_pos[base + ps, 2 * a + pm] = j - step
+        sw += 1
+        j += step
+        if step < 0:
+            pk = ep_key[a, eb + j]
+            if not ((pk >> _S31) > hv):
+                break
+        else:
+            if j > 2 * n:
+                break
+            pk = ep_key[a, eb + j]
+            if not ((pk >> _S31) < hv):
+                break
+    ep_key[a, eb + j - step] = kv
+    bx_pos[base + es, 2 * a + em] = j - step
+    return cnt, sw
+
+
+@njit(**NJIT_INLINE)
+def _update_moved(moved, n, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk, static, scratch, tid,
+                  ev_key, eo, cap, cnt):
+    """Step 2: write the moved boxes' values, re-sort each axis. Many moved boxes: one insertion sort over
+    the axis (each endpoint moves left into the sorted prefix). Few: each endpoint of a moved box moves
+    left or right to its place (the max first when it goes right, so a box never passes its own
+    endpoints). Returns (event count, swaps)."""
+    sw = 0
+    few = 4 * moved < n
+    if not few:
+        for i in range(moved):
+            for a in range(dims):
+                _write_values(scratch[tid, 1, i], a, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u)
+    for a in range(dims):
+        nitems = 2 * moved if few else 2 * n - 1
+        first_max = False
+        for it in range(nitems):
+            if few:
+                es = scratch[tid, 1, it >> 1]
+                if (it & 1) == 0:
+                    # one box at a time: its new values go in just before its endpoints move, so the
+                    # rest of the axis is sorted while they do
+                    _write_values(es, a, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u)
+                    pmx = bx_pos[base + es, 2 * a + 1]
+                    first_max = pmx < 2 * n and (ep_key[a, eb + pmx] >> _S31) > (ep_key[a, eb + pmx + 1] >> _S31)
+                em = 1 if first_max == ((it & 1) == 0) else 0
+                i = bx_pos[base + es, 2 * a + em]
+            else:
+                i = it + 2
+            cnt, sw = _move_endpoint(i, few, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static, ev_key,
+                                     eo, cap, cnt, sw)
+    return cnt, sw
+
+
+@njit(**NJIT_INLINE)
+def _merge_entering(kn, e0, n, base, eb, dims, ent_h, bx_h, bx_pos, ep_key, boxes_u, kscratch, tid):
+    """Step 3a: the entering boxes take slots n.., their endpoints sorted and merged into each axis from
+    the back (one pass)."""
+    for i in range(kn):
+        bx_h[base + n + i] = ent_h[e0 + i]
+    m2 = 2 * kn
+    for a in range(dims):
+        # the new endpoints' keys, sorted, in this thread's workspace
+        for i in range(kn):
+            h = ent_h[e0 + i]
+            kscratch[tid, i] = (encode(boxes_u[h, a]) << _S32) | np.uint64(n + i)
+            kscratch[tid, kn + i] = (encode(boxes_u[h, dims + a]) << _S32) | (_ONE << _S31) | np.uint64(n + i)
+        if m2 <= 64:
+            for i in range(1, m2):
+                xk = kscratch[tid, i]
+                j = i - 1
+                while j >= 0 and kscratch[tid, j] > xk:
+                    kscratch[tid, j + 1] = kscratch[tid, j]
+                    j -= 1
+                kscratch[tid, j + 1] = xk
+        else:
+            kscratch[tid, :m2].sort()
+        # reverse merge into the axis: walk both sorted lists from their ends
+        io = 2 * n
+        w = 2 * (n + kn)
+        for r in range(m2 - 1, -1, -1):
+            xk = kscratch[tid, r]
+            xh = xk >> _S31
+            while True:
+                ok_ = ep_key[a, eb + io]
+                if io > 0 and (ok_ >> _S31) > xh:
+                    ep_key[a, eb + w] = ok_
+                    bx_pos[base + np.int64(ok_ & SLOT_MASK), 2 * a + np.int64((ok_ >> _S31) & _ONE)] = w
+                    io -= 1
+                    w -= 1
+                else:
+                    break
+            ep_key[a, eb + w] = xk
+            bx_pos[base + np.int64(xk & SLOT_MASK), 2 * a + np.int64((xk >> _S31) & _ONE)] = w
+            w -= 1
+
+
+@njit(**NJIT_INLINE)
+def _pairs_of_few_entering(n_old, n, base, dims, bx_h, bx_pos, cat, msk, static, ev_key, eo, cap, cnt):
+    """Step 3b, a few entering boxes: each is tested against every box before it, by positions on every
+    axis (no sweep over the whole axis)."""
+    for s in range(n_old, n):
+        hs = bx_h[base + s]
+        for tt in range(s):
+            if _overlap_others(bx_pos, base, s, tt, dims, -1) and pair_allowed(cat, msk, static, hs, bx_h[base + tt]):
+                cnt = _emit(ev_key, eo, cap, cnt, pair_key(hs, bx_h[base + tt]))
+    return cnt
+
+
+@njit(**NJIT_INLINE)
+def _pairs_of_many_entering(n_old, n, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static, scratch, tid,
+                            ev_key, eo, cap, cnt):
+    """Step 3b, many entering boxes: box pruning by one sweep over axis 0 with two active lists,
+    complete among the new boxes and bipartite new-vs-old. scratch rows: 0 old boxes, 1 new boxes,
+    2 index in its list."""
+    no = 0
+    nn = 0
+    for e in range(1, 2 * n + 1):
+        d = ep_key[0, eb + e]
+        s = np.int64(d & SLOT_MASK)
+        is_new = s >= n_old
+        if ((d >> _S31) & _ONE) == 0:
+            hs = bx_h[base + s]
+            for side in range(2):
+                if side == 0:
+                    m = nn
+                elif is_new:
+                    m = no
+                else:
+                    m = 0
+                for i in range(m):
+                    tt = scratch[tid, 1 - side, i]
+                    if _overlap_others(bx_pos, base, s, tt, dims, 0) and pair_allowed(
+                            cat, msk, static, hs, bx_h[base + tt]):
+                        cnt = _emit(ev_key, eo, cap, cnt, pair_key(hs, bx_h[base + tt]))
+            if is_new:
+                scratch[tid, 2, s] = nn
+                scratch[tid, 1, nn] = s
+                nn += 1
+            else:
+                scratch[tid, 2, s] = no
+                scratch[tid, 0, no] = s
+                no += 1
+        else:
+            i = scratch[tid, 2, s]
+            if is_new:
+                nn -= 1
+                last = scratch[tid, 1, nn]
+                scratch[tid, 1, i] = last
+            else:
+                no -= 1
+                last = scratch[tid, 0, no]
+                scratch[tid, 0, i] = last
+            scratch[tid, 2, last] = i
+    return cnt
+
+
 @njit(**NJIT_PARALLEL)
 def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static,
                 cell_n, cell_base, bx_h, bx_pos, ep_key, scratch, kscratch,
@@ -103,8 +373,8 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
     Outputs are indexed by touched cell, never by thread: ``ev_n[t]`` events (``ev_plus[t]`` of them
     "pair added") in ``ev_key[ev_off[t]:ev_off[t + 1]]``, ``swaps[t]`` endpoint swaps.
 
-    NOTE: the helpers it calls are inlined (``NJIT_INLINE``): a real call to a helper that takes arrays
-    would cost two atomic reference-count updates per array, more than the work itself.
+    NOTE: the steps and helpers it calls are inlined (``NJIT_INLINE``): a real call to a helper that
+    takes arrays would cost two atomic reference-count updates per array, more than the work itself.
     """
     for t in prange(touched.shape[0]):
         c = touched[t]
@@ -113,240 +383,23 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
         cap = ev_off[t + 1] - eo
         base = cell_base[c]
         eb = 2 * base
-        n = np.int64(cell_n[c])
-        cnt = 0
+        n, moved, cnt = _remove_leaving(c, base, eb, np.int64(cell_n[c]), dims, C, flag, crange, bx_h, bx_pos,
+                                        ep_key, scratch, tid, cell_pm_base, cell_pm_n, pm_keys, ev_key, eo, cap, 0)
         sw = 0
-        # ---- step 1: batch remove (boxes removed from the world or leaving this cell)
-        cz = c % C[2]
-        cy = (c // C[2]) % C[1]
-        cx = c // (C[1] * C[2])
-        k = 0
-        moved = 0
-        for s in range(n):
-            h = bx_h[base + s]
-            if leaves_cell(flag, crange, h, cx, cy, cz, C):
-                scratch[tid, 0, s] = -1
-                k += 1
-            else:
-                scratch[tid, 0, s] = s - k
-                f = flag[h]
-                if f == FLAG_MOVED or f == FLAG_MOVED_CELLS:
-                    scratch[tid, 1, moved] = s - k          # the moved box's slot after compaction
-                    moved += 1
-        if k > 0:
-            # the cell's pairs that involve a leaving box are removed
-            pb = cell_pm_base[c] // 2
-            for p in range(cell_pm_n[c]):
-                key = pm_keys[pb + p]
-                if (leaves_cell(flag, crange, np.int64(key >> _S32), cx, cy, cz, C)
-                        or leaves_cell(flag, crange, np.int64(key & LOW32), cx, cy, cz, C)):
-                    if cnt < cap:
-                        ev_key[eo + cnt] = key | EVENT_REMOVED
-                    cnt += 1
-            # compact every axis in one pass, renumbering slots
-            for a in range(dims):
-                w = 0
-                for e in range(1, 2 * n + 1):
-                    kk = ep_key[a, eb + e]
-                    ns = scratch[tid, 0, np.int64(kk & SLOT_MASK)]
-                    if ns < 0:
-                        continue
-                    w += 1
-                    ep_key[a, eb + w] = (kk & ~SLOT_MASK) | np.uint64(ns)
-                    bx_pos[base + ns, 2 * a + np.int64((kk >> _S31) & _ONE)] = w
-            for s in range(n):
-                ns = scratch[tid, 0, s]
-                if ns >= 0:
-                    bx_h[base + ns] = bx_h[base + s]
-            n -= k
-        # ---- step 2: write the moved boxes' values, re-sort each axis. Many moved boxes: one
-        # insertion sort over the axis (each endpoint moves left into the sorted prefix). Few: each
-        # endpoint of a moved box moves left or right to its place (the max first when it goes right,
-        # so a box never passes its own endpoints). Every swap of a min and a max applies the rules.
         if moved > 0:
-            few = 4 * moved < n
-            if not few:
-                for i in range(moved):
-                    es = scratch[tid, 1, i]
-                    h = bx_h[base + es]
-                    for a in range(dims):
-                        p0 = eb + bx_pos[base + es, 2 * a]
-                        p1 = eb + bx_pos[base + es, 2 * a + 1]
-                        ep_key[a, p0] = (encode(boxes_u[h, a]) << _S32) | (ep_key[a, p0] & LOW32)
-                        ep_key[a, p1] = (encode(boxes_u[h, dims + a]) << _S32) | (ep_key[a, p1] & LOW32)
-            for a in range(dims):
-                b1 = 1 if a == 0 else 0         # the other axes (dims is 2 or 3)
-                b2 = 1 if a == 2 else 2
-                nitems = 2 * moved if few else 2 * n - 1
-                first_max = False
-                for it in range(nitems):
-                    if few:
-                        es = scratch[tid, 1, it >> 1]
-                        if (it & 1) == 0:
-                            # one box at a time: its new values go in just before its endpoints move,
-                            # so the rest of the axis is sorted while they do
-                            h = bx_h[base + es]
-                            p0 = eb + bx_pos[base + es, 2 * a]
-                            p1 = eb + bx_pos[base + es, 2 * a + 1]
-                            ep_key[a, p0] = (encode(boxes_u[h, a]) << _S32) | (ep_key[a, p0] & LOW32)
-                            ep_key[a, p1] = (encode(boxes_u[h, dims + a]) << _S32) | (ep_key[a, p1] & LOW32)
-                            pmx = bx_pos[base + es, 2 * a + 1]
-                            first_max = pmx < 2 * n and (ep_key[a, eb + pmx] >> _S31) > (ep_key[a, eb + pmx + 1] >> _S31)
-                        em = 1 if first_max == ((it & 1) == 0) else 0
-                        i = bx_pos[base + es, 2 * a + em]
-                    else:
-                        i = it + 2
-                    kv = ep_key[a, eb + i]
-                    hv = kv >> _S31
-                    em = np.int64(hv & _ONE)
-                    es = np.int64(kv & SLOT_MASK)
-                    pk = ep_key[a, eb + i - 1]
-                    if (pk >> _S31) > hv:
-                        step = -1
-                    elif few and i < 2 * n and (ep_key[a, eb + i + 1] >> _S31) < hv:
-                        step = 1
-                        pk = ep_key[a, eb + i + 1]
-                    else:
-                        continue
-                    j = i + step
-                    while True:
-                        ps = np.int64(pk & SLOT_MASK)
-                        pm = np.int64((pk >> _S31) & _ONE)
-                        if pm != em:
-                            # the four rules: only a min/max swap changes an overlap on this axis;
-                            # the other axes are tested by positions (their current order), without
-                            # branches (the outcome is unpredictable)
-                            qe = base + es
-                            qp = base + ps
-                            ok = ((bx_pos[qe, 2 * b1] < bx_pos[qp, 2 * b1 + 1])
-                                  & (bx_pos[qp, 2 * b1] < bx_pos[qe, 2 * b1 + 1]))
-                            if dims == 3:
-                                ok = ok & ((bx_pos[qe, 2 * b2] < bx_pos[qp, 2 * b2 + 1])
-                                           & (bx_pos[qp, 2 * b2] < bx_pos[qe, 2 * b2 + 1]))
-                            if ok:
-                                ha = bx_h[base + es]
-                                hb = bx_h[base + ps]
-                                if pair_allowed(cat, msk, static, ha, hb):
-                                    key = pair_key(ha, hb)
-                                    # a min passing a max leftwards (or a max passing a min rightwards)
-                                    # starts an overlap on this axis; the two other cases end one
-                                    if (em == 0) != (step < 0):
-                                        key |= EVENT_REMOVED
-                                    if cnt < cap:
-                                        ev_key[eo + cnt] = key
-                                    cnt += 1
-                        ep_key[a, eb + j - step] = pk
-                        bx_pos[base + ps, 2 * a + pm] = j - step
-                        sw += 1
-                        j += step
-                        if step < 0:
-                            pk = ep_key[a, eb + j]
-                            if not ((pk >> _S31) > hv):
-                                break
-                        else:
-                            if j > 2 * n:
-                                break
-                            pk = ep_key[a, eb + j]
-                            if not ((pk >> _S31) < hv):
-                                break
-                    ep_key[a, eb + j - step] = kv
-                    bx_pos[base + es, 2 * a + em] = j - step
-        # ---- step 3: batch insert: sorted merge from the back, then box pruning on axis 0
+            cnt, sw = _update_moved(moved, n, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk, static,
+                                    scratch, tid, ev_key, eo, cap, cnt)
         e0 = ent_off[t]
         kn = ent_off[t + 1] - e0
         if kn > 0:
-            for i in range(kn):
-                bx_h[base + n + i] = ent_h[e0 + i]
-            m2 = 2 * kn
-            for a in range(dims):
-                # the new endpoints' keys, sorted, in this thread's workspace
-                for i in range(kn):
-                    h = ent_h[e0 + i]
-                    kscratch[tid, i] = (encode(boxes_u[h, a]) << _S32) | np.uint64(n + i)
-                    kscratch[tid, kn + i] = ((encode(boxes_u[h, dims + a]) << _S32) | (_ONE << _S31)
-                                             | np.uint64(n + i))
-                if m2 <= 64:
-                    for i in range(1, m2):
-                        xk = kscratch[tid, i]
-                        j = i - 1
-                        while j >= 0 and kscratch[tid, j] > xk:
-                            kscratch[tid, j + 1] = kscratch[tid, j]
-                            j -= 1
-                        kscratch[tid, j + 1] = xk
-                else:
-                    kscratch[tid, :m2].sort()
-                # reverse merge into the axis: walk both sorted lists from their ends
-                io = 2 * n
-                w = 2 * (n + kn)
-                for r in range(m2 - 1, -1, -1):
-                    xk = kscratch[tid, r]
-                    xh = xk >> _S31
-                    while True:
-                        ok_ = ep_key[a, eb + io]
-                        if io > 0 and (ok_ >> _S31) > xh:
-                            ep_key[a, eb + w] = ok_
-                            bx_pos[base + np.int64(ok_ & SLOT_MASK), 2 * a + np.int64((ok_ >> _S31) & _ONE)] = w
-                            io -= 1
-                            w -= 1
-                        else:
-                            break
-                    ep_key[a, eb + w] = xk
-                    bx_pos[base + np.int64(xk & SLOT_MASK), 2 * a + np.int64((xk >> _S31) & _ONE)] = w
-                    w -= 1
-            n_old = n
+            _merge_entering(kn, e0, n, base, eb, dims, ent_h, bx_h, bx_pos, ep_key, boxes_u, kscratch, tid)
+            if kn <= _DIRECT_MAX:
+                cnt = _pairs_of_few_entering(n, n + kn, base, dims, bx_h, bx_pos, cat, msk, static, ev_key, eo, cap,
+                                             cnt)
+            else:
+                cnt = _pairs_of_many_entering(n, n + kn, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static,
+                                              scratch, tid, ev_key, eo, cap, cnt)
             n += kn
-            # a few new boxes: each is tested against every box before it, by positions on every axis
-            # (no sweep over the whole axis)
-            for s in range(n_old, n if kn <= _DIRECT_MAX else n_old):
-                hs = bx_h[base + s]
-                for tt in range(s):
-                    if _overlap_others(bx_pos, base, s, tt, dims, -1) and pair_allowed(
-                            cat, msk, static, hs, bx_h[base + tt]):
-                        if cnt < cap:
-                            ev_key[eo + cnt] = pair_key(hs, bx_h[base + tt])
-                        cnt += 1
-            # more: one sweep, two active lists: scratch rows 0 (old boxes), 1 (new boxes), 2 (index in list)
-            no = 0
-            nn = 0
-            for e in range(1, 2 * n + 1 if kn > _DIRECT_MAX else 1):
-                d = ep_key[0, eb + e]
-                s = np.int64(d & SLOT_MASK)
-                is_new = s >= n_old
-                if ((d >> _S31) & _ONE) == 0:
-                    hs = bx_h[base + s]
-                    for side in range(2):
-                        if side == 0:
-                            m = nn
-                        elif is_new:
-                            m = no
-                        else:
-                            m = 0
-                        for i in range(m):
-                            tt = scratch[tid, 1 - side, i]
-                            if _overlap_others(bx_pos, base, s, tt, dims, 0) and pair_allowed(
-                                    cat, msk, static, hs, bx_h[base + tt]):
-                                if cnt < cap:
-                                    ev_key[eo + cnt] = pair_key(hs, bx_h[base + tt])
-                                cnt += 1
-                    if is_new:
-                        scratch[tid, 2, s] = nn
-                        scratch[tid, 1, nn] = s
-                        nn += 1
-                    else:
-                        scratch[tid, 2, s] = no
-                        scratch[tid, 0, no] = s
-                        no += 1
-                else:
-                    i = scratch[tid, 2, s]
-                    if is_new:
-                        nn -= 1
-                        last = scratch[tid, 1, nn]
-                        scratch[tid, 1, i] = last
-                    else:
-                        no -= 1
-                        last = scratch[tid, 0, no]
-                        scratch[tid, 0, i] = last
-                    scratch[tid, 2, last] = i
         cell_n[c] = n
         ev_n[t] = cnt
         swaps[t] = sw
@@ -357,13 +410,6 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
                 if (ev_key[eo + r] & EVENT_REMOVED) == 0:
                     plus += 1
         ev_plus[t] = plus
-
-
-@njit(**NJIT_INLINE)
-def _emit(ev_key, eo, cap, cnt, key):
-    if cnt < cap:
-        ev_key[eo + cnt] = key
-    return cnt + 1
 
 
 @njit(**NJIT)

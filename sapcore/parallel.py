@@ -1,0 +1,29 @@
+"""How the engine's parallel kernels use the cores.
+
+A parallel kernel with little work runs on the calling thread alone: waking the sleeping workers
+(50-100 us on a VM) would cost more. Parallel kernels of different worlds take turns (one process-wide
+lock): numba's workqueue threading layer does not support concurrent launches, and each launch with
+more than one thread already uses every core.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numba
+
+#: Objects, cell members or pair events below which a kernel runs on the calling thread.
+MIN_OPS = 32768
+#: The same for the kernels that handle pair events (about 100 ns each).
+MIN_EVENTS = 8192
+
+_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def region(max_threads: int, work: int, threshold: int = MIN_OPS):
+    """Around parallel kernel launches: ``max_threads`` threads for ``work`` at or above ``threshold``,
+    else 1; the launches hold the process-wide lock."""
+    numba.set_num_threads(max_threads if work >= threshold else 1)
+    with _LOCK:
+        yield
