@@ -1,9 +1,11 @@
 """How the engine's parallel kernels use the cores.
 
 A parallel kernel with little work runs on the calling thread alone: waking the sleeping workers
-(50-100 us on a VM) would cost more. Parallel kernels of different worlds take turns (one process-wide
-lock): numba's workqueue threading layer does not support concurrent launches, and each launch with
-more than one thread already uses every core.
+(50-100 us on a VM) would cost more. A launch with more than one thread already uses every core, so
+such launches of different worlds take turns (one process-wide lock) instead of oversubscribing the
+cores. A launch on the calling thread alone takes no lock, so a world with ``threads=1`` (or a small
+frame) never waits for another world, as long as numba's threading layer is thread safe (omp, tbb);
+with the workqueue layer, which does not support concurrent launches, every launch takes the lock.
 """
 from __future__ import annotations
 
@@ -18,23 +20,38 @@ MIN_EVENTS = 8192
 
 _LOCK = threading.Lock()
 _SET = threading.local()          # the thread count last set on this thread (numba's setting is per thread)
+_THREAD_SAFE_LAYERS = ("omp", "tbb")
+_layer_safe = False               # known once a first parallel launch has chosen numba's threading layer
+
+
+def _concurrent_launches_safe() -> bool:
+    global _layer_safe
+    if not _layer_safe:
+        try:
+            _layer_safe = numba.threading_layer() in _THREAD_SAFE_LAYERS
+        except ValueError:        # no parallel launch yet: the layer is not chosen
+            return False
+    return _layer_safe
 
 
 class region:
     """``with region(max_threads, work, threshold):`` around parallel kernel launches: ``max_threads``
-    threads for ``work`` at or above ``threshold``, else 1; the launches hold the process-wide lock.
-    (A class, not a generator: it is entered several times per frame, and this costs a fifth as much.)"""
+    threads for ``work`` at or above ``threshold``, else 1 (see the module docstring for the lock).
+    A class, not a generator: it is entered several times per frame, and this costs a fifth as much."""
 
-    __slots__ = ()
+    __slots__ = ("locked",)
 
     def __init__(self, max_threads: int, work: int, threshold: int = MIN_OPS):
         n = max_threads if work >= threshold else 1
         if getattr(_SET, "n", 0) != n:       # numba.set_num_threads costs microseconds: only on a change
             numba.set_num_threads(n)
             _SET.n = n
+        self.locked = n > 1 or not _concurrent_launches_safe()
 
     def __enter__(self):
-        _LOCK.acquire()
+        if self.locked:
+            _LOCK.acquire()
 
     def __exit__(self, *exc):
-        _LOCK.release()
+        if self.locked:
+            _LOCK.release()

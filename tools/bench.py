@@ -322,6 +322,11 @@ def run(args: argparse.Namespace) -> int:
         extras = bench_extras(n, args, ref)
         print()
         print(extras_text(extras))
+        from sapgrid.tools import bench_frames
+
+        extras["fixed_cost"] = bench_frames.fixed_cost(args.seed)
+        extras["two_worlds"] = bench_frames.two_worlds(seed=args.seed)
+        print(bench_frames.text(extras["fixed_cost"], extras["two_worlds"]))
     total_s = time.perf_counter() - t_start
     env = dict(environment(), load_avg_start=load_start)
     print(f"\n_{len(rows)} traces, {args.ticks} ticks each, threads {args.threads or 'auto'}; total {total_s:.0f} s; "

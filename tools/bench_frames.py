@@ -1,0 +1,90 @@
+"""Two engine measures of ``sapgrid bench`` beside the traces (in process, ``threads=1``):
+
+- a frame's fixed cost: one world of N objects, every object moving a little every frame, for N of
+  100, 1,000 and 10,000; per-step medians and the ratios of the small frames to the 10,000-object one
+  (targets: 100 objects <= 20 us and <= 0.02x, 1,000 objects <= 60 us and <= 0.06x);
+- worlds on the cores: two 100,000-object worlds stepped at once from two threads against one alone,
+  in frames per second (target >= 1.7x on 2 cores).
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+import sapcore
+
+SMALL_SIZES = (100, 1_000, 10_000)
+TARGETS = {100: (20.0, 0.02), 1_000: (60.0, 0.06)}
+
+
+def _moving_world(n: int, frames: int, seed: int):
+    """A threads=1 world of n boxes (5% coverage) and ``frames`` frames moving every box a little."""
+    rng = np.random.default_rng(seed)
+    side = float(np.sqrt(n / 0.05))
+    bounds = (0.0, 0.0, side, side)
+    world = sapcore.World(sapcore.WorldConfig(dims=2, bounds=bounds, cells=sapcore.auto_cells(2, bounds, n),
+                                              threads=1))
+    ids = np.arange(n, dtype=np.uint64)
+    centre = rng.uniform(0, side, (n, 2)).astype(np.float32)
+    half = np.float32(1.0)
+    world.step(add_ids=ids, add_boxes=np.concatenate([centre - half, centre + half], 1))
+    v = rng.normal(0, 0.05, (n, 2)).astype(np.float32)
+    boxes = [np.concatenate([centre + v * t - half, centre + v * t + half], 1) for t in range(1, frames + 1)]
+    return world, ids, boxes
+
+
+def fixed_cost(seed: int = 1, frames: int = 300, warm: int = 30) -> dict:
+    """Median step time (us) per world size, and the ratios to the largest."""
+    out = {}
+    for n in SMALL_SIZES:
+        world, ids, boxes = _moving_world(n, frames + warm, seed)
+        times = []
+        for i, b in enumerate(boxes):
+            t0 = time.perf_counter()
+            world.step(update_ids=ids, update_boxes=b)
+            if i >= warm:
+                times.append(time.perf_counter() - t0)
+        out[n] = float(np.median(times)) * 1e6
+    big = out[SMALL_SIZES[-1]]
+    return dict(step_us={str(n): v for n, v in out.items()},
+                ratio={str(n): out[n] / big for n in SMALL_SIZES[:-1]})
+
+
+def two_worlds(n: int = 100_000, frames: int = 30, seed: int = 1) -> dict:
+    """Frames/s of one threads=1 world alone, and of two stepped at once from two threads."""
+    def run(world, ids, boxes, rates):
+        t0 = time.perf_counter()
+        for b in boxes:
+            world.step(update_ids=ids, update_boxes=b)
+        rates.append(len(boxes) / (time.perf_counter() - t0))
+
+    alone: list[float] = []
+    run(*_moving_world(n, frames, seed), alone)
+    together: list[float] = []
+    worlds = [_moving_world(n, frames, seed + k) for k in (1, 2)]
+    threads = [threading.Thread(target=run, args=(*w, together)) for w in worlds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return dict(objects=n, alone_fps=alone[0], together_fps=sum(together), scaling=sum(together) / alone[0])
+
+
+def text(fc: dict, tw: dict) -> str:
+    lines = ["frames in process, threads=1 (every object moving):"]
+    for n in SMALL_SIZES:
+        us = fc["step_us"][str(n)]
+        if n in TARGETS:
+            t_us, t_ratio = TARGETS[n]
+            r = fc["ratio"][str(n)]
+            ok = "ok" if us <= t_us and r <= t_ratio else "MISSED"
+            lines.append(f"- {n} objects: {us:.1f} us a step = {r:.3f}x the 10000-object step "
+                         f"(targets <= {t_us:.0f} us, <= {t_ratio}x): {ok}")
+        else:
+            lines.append(f"- {n} objects: {us:.1f} us a step")
+    ok = "ok" if tw["scaling"] >= 1.7 else "MISSED"
+    lines.append(f"- two {tw['objects']}-object worlds from two threads: {tw['together_fps']:.1f} frames/s "
+                 f"against {tw['alone_fps']:.1f} for one alone = {tw['scaling']:.2f}x (target >= 1.7x): {ok}")
+    return "\n".join(lines)
