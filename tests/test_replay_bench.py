@@ -231,6 +231,10 @@ def test_bench_tiny(capsys):
     assert "| trace | objects |" in out and "peer/sapgrid" in out
     res = _last_json(out)
     assert [r["trace"] for r in res["rows"]] == [f"{s}-300" for s in traces.SCENARIOS]
+    fixed, two = res["extras"]["fixed_cost"], res["extras"]["two_worlds"]
+    assert set(fixed["step_us"]) == {"100", "1000", "10000"} and all(v > 0 for v in fixed["step_us"].values())
+    assert two["objects"] == 300 and two["alone_fps"] > 0 and two["scaling"] > 0
+    assert "two 300-object worlds from two threads" in out
     assert all(r["check"] == "ok" for r in res["rows"])
     x = res["extras"]
     for k in ("insert_ms", "still_empty_ms", "still_same_boxes_ms", "remove10_ms", "bytes_per_object",

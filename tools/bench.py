@@ -325,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
         from sapgrid.tools import bench_frames
 
         extras["fixed_cost"] = bench_frames.fixed_cost(args.seed)
-        extras["two_worlds"] = bench_frames.two_worlds(seed=args.seed)
+        extras["two_worlds"] = bench_frames.two_worlds(n, seed=args.seed)
         print(bench_frames.text(extras["fixed_cost"], extras["two_worlds"]))
     total_s = time.perf_counter() - t_start
     env = dict(environment(), load_avg_start=load_start)
