@@ -5,6 +5,7 @@
     sapgrid worlds list|create|delete [--server HOST:PORT]          manage worlds
     sapgrid replay TRACE [--server HOST:PORT]                       replay a recorded trace
     sapgrid bench [--server HOST:PORT]                              benchmarks (engine, or the service)
+    sapgrid view --server HOST:PORT [--world NAME] [--listen HOST:PORT]  live web viewer of worlds
 """
 from __future__ import annotations
 
@@ -24,6 +25,12 @@ def _cmd_serve(args) -> int:
     from sapgrid.server.main import run
 
     return run(args)
+
+
+def _cmd_view(args) -> int:
+    from sapgrid.tools.viewer import run
+
+    return run(args.server, args.world, args.listen)
 
 
 def _cmd_worlds(args) -> int:
@@ -126,6 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench_worlds.add_arguments(p)
     p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("view", help="live web viewer of a server's worlds (boxes, pairs, stats)")
+    _add_server(p)
+    p.add_argument("--world", default="", help="world shown first (default: the first one)")
+    p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
+                   help="address of the viewer's web page (default 127.0.0.1:8080)")
+    p.set_defaults(func=_cmd_view)
     return ap
 
 
