@@ -6,15 +6,16 @@ const fs = require("fs"), os = require("os"), path = require("path");
 async function main() {
   const [url, shot, qworld, x0, y0, x1, y1, px, py] = process.argv.slice(2);
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), "sapgrid-chromium-"));
-  const browser = await chromium.launch({
+  // a fresh profile directory (playwright passes it as --user-data-dir)
+  const browser = await chromium.launchPersistentContext(profile, {
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium", headless: true,
+    viewport: { width: 1100, height: 700 },
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           `--user-data-dir=${profile}`],
+           "--disable-background-networking", "--disable-component-update", "--disable-sync"],
   });
   const out = {};
   try {
-    const page = await browser.newPage({ viewport: { width: 1100, height: 700 } });
+    const page = await browser.newPage();
     page.on("pageerror", (e) => { out.pageErrors = (out.pageErrors || []).concat(String(e)); });
     await page.goto(url);
     // the demo world: boxes and pairs drawn, frames streaming

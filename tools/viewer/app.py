@@ -23,7 +23,7 @@ from sapgrid.client.errors import SapgridError
 STATIC = Path(__file__).parent / "static"
 MAX_BOXES = 20_000   # boxes per update; beyond it the visible boxes are sampled evenly
 MAX_PAIRS = 20_000   # pair segments per update
-FLASH_S = 0.6        # how long a started/stopped pair stays flashed
+FLASH_S = 0.3        # how long a started/stopped pair stays flashed
 UPDATE_HZ = 10.0
 
 
