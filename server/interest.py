@@ -95,6 +95,16 @@ def view_step(view_before, inside_after, created, deleted, touching_changed) -> 
     return ViewDelta(_pairs(entering), _pairs(leaving), _pairs(after))
 
 
+@dataclass
+class RegionDelta:
+    """A region subscriber's delta, shaped like the engine's Delta: created = entering the view,
+    deleted = leaving it; stats are the frame's (the whole world's)."""
+
+    created: np.ndarray
+    deleted: np.ndarray
+    stats: object
+
+
 class RegionView:
     """One subscriber's view: the ids inside its region and the view's pairs, stepped per frame."""
 
@@ -103,6 +113,7 @@ class RegionView:
         self.region = validate_region(region, dims)
         self.inside = _EMPTY_IDS
         self.view = np.zeros((0, 2), dtype=np.uint64)
+        self.started = False
 
     def start(self, ids, boxes, pairs) -> np.ndarray:
         """Initial state from the world's objects and pairs; returns the view (all entering)."""
@@ -118,3 +129,18 @@ class RegionView:
         d = view_step(self.view, inside_after, created, deleted, touching)
         self.inside, self.view = inside_after, d.view
         return d
+
+    def frame(self, inside_after, created, deleted, world_pairs) -> tuple[np.ndarray, np.ndarray]:
+        """(entering, leaving) pairs of one frame, in the world's turn right after it was applied.
+
+        world_pairs() returns all the world's pairs; it is called only on the first frame (the whole
+        view enters) and when some object entered or left the region.
+        """
+        inside_after = np.sort(np.asarray(inside_after, dtype=np.uint64))
+        if not self.started:
+            self.started = True
+            self.inside = inside_after
+            self.view = _pairs(np.unique(_rows(filter_pairs(world_pairs(), inside_after))))
+            return self.view, np.zeros((0, 2), dtype=np.uint64)
+        d = self.step(inside_after, created, deleted, lambda moved: filter_pairs(world_pairs(), moved))
+        return d.entering, d.leaving

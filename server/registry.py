@@ -29,11 +29,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from .interest import RegionDelta, RegionView
 from .errors import Cancelled, Exhausted, InvalidInput, ShuttingDown, WorldExists, WorldNotFound, outcome
 from .metrics import Metrics
 
@@ -110,8 +111,9 @@ class Subscriber:
     ``offer`` never blocks (the world never waits for a subscriber); ``next`` blocks its own thread.
     """
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, view=None):
         self.limit = limit
+        self.view = view                  # interest.RegionView of a region subscription, else None
         self.dropped = False
         self._items: deque = deque()
         self._ended = False
@@ -281,11 +283,18 @@ class WorldRunner:
                 if self._subscribers:             # in frame order: still holding the world
                     with self._mutex:
                         for sub in self._subscribers:
-                            sub.offer(applied)
+                            sub.offer(applied if sub.view is None else self._region_frame(sub.view, applied))
                 return applied
         except Exception as exc:
             self.count_refusal(exc)
             raise
+
+    def _region_frame(self, view, applied: Applied) -> Applied:
+        """A region subscriber's Applied: the pairs entering and leaving its view (interest.py)."""
+        world = self.world
+        inside = world.query(view.region)
+        entering, leaving = view.frame(inside, applied.delta.created, applied.delta.deleted, world.pairs)
+        return replace(applied, delta=RegionDelta(entering, leaving, applied.delta.stats), encoded=None)
 
     def published(self, applied: Applied) -> None:
         """Metrics of an applied frame (after its answer is on its way: off the round trip)."""
@@ -302,11 +311,16 @@ class WorldRunner:
             self.metrics.frame_rejected(None if self.deleted else self.name, outcome(exc))
 
     # ---- subscribers, stats, lifecycle ------------------------------------------------------
-    def subscribe(self) -> Subscriber:
+    def subscribe(self, region=None) -> Subscriber:
+        """A subscriber of every delta, or with a region (validated values) of its view's changes."""
+        try:
+            view = None if region is None else RegionView(region, self.dims)
+        except ValueError as exc:
+            raise InvalidInput(f"region: {exc}", "region") from None
         with self._mutex:
             if self.closed:
                 raise self._refusal()
-            sub = Subscriber(self.subscriber_limit)
+            sub = Subscriber(self.subscriber_limit, view)
             self._subscribers.add(sub)
             self.metrics.set_subscribers(self.name, len(self._subscribers))
         return sub

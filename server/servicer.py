@@ -173,7 +173,8 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
     def Subscribe(self, request, context):
         try:
             runner = self.registry.get(request.world)
-            sub = runner.subscribe()
+            region = protocol.region(request.region, runner.dims) if len(request.region) else None
+            sub = runner.subscribe(region)
         except Exception as exc:
             abort(context, exc)
         context.add_callback(sub.end)                   # the client went away: wake this thread

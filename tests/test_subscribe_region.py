@@ -85,3 +85,69 @@ def test_mirror_matches_brute_force_random(seed, dims):
 def test_bad_region_is_rejected(region):
     with pytest.raises(ValueError):
         validate_region(region, 2)
+
+
+# ---- through the server: Subscribe with a region ------------------------------------------------
+from sapgrid.client import Client  # noqa: E402
+from sapgrid.client.errors import FailedPrecondition, InvalidArgument  # noqa: E402
+
+
+def _wait_subscribed(client, world, n):
+    import time
+    end = time.monotonic() + 10
+    while client.get_world(world).subscribers < n:
+        assert time.monotonic() < end, "subscription did not open"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_region_subscription_mirror_equals_filtered_world(server, world_name, dims):
+    rng = np.random.default_rng(dims)
+    n = 150
+    side = 60.0
+    region = [20.0] * dims + [40.0] * dims
+    with Client(server.address, timeout=60) as c:
+        c.create_world(world_name, dims=dims, bounds=tuple([0.0] * dims + [side] * dims))
+        ids = np.arange(1, n + 1, dtype=np.uint64)
+        lo = rng.uniform(0, side - 4, (n, dims))
+        boxes = np.concatenate([lo, lo + rng.uniform(1, 4, (n, dims))], axis=1)
+        c.step(world_name, add_ids=ids, add_boxes=boxes.astype(np.float32))  # the view starts non-empty
+        sub = c.subscribe(world_name, region=region)
+        full = c.subscribe(world_name)
+        _wait_subscribed(c, world_name, 2)
+        mirror = set()
+        crossings = 0
+        inside_before = set()
+        for f in range(30):
+            move = rng.random(n) < 0.5
+            step = rng.normal(0, 2.0, (n, dims))
+            lo = np.clip(boxes[:, :dims] + step * move[:, None], 0, side - 4)
+            boxes = np.concatenate([lo, lo + (boxes[:, dims:] - boxes[:, :dims])], axis=1)
+            c.step(world_name, update_ids=ids, update_boxes=boxes.astype(np.float32))
+            d = next(sub)
+            whole = next(full)
+            assert d.frame == whole.frame
+            ent, lev = as_set(d.created), as_set(d.deleted)
+            assert ent.isdisjoint(mirror) and lev <= mirror
+            mirror = (mirror - lev) | ent
+            inside = c.query(world_name, region)
+            crossings += len(inside_before ^ set(inside.tolist()))
+            inside_before = set(inside.tolist())
+            assert mirror == as_set(filter_pairs(c.pairs(world_name), np.sort(inside))), f"frame {f}"
+        assert crossings > 20 and mirror
+        sub.cancel()
+        full.cancel()
+        c.delete_world(world_name)
+
+
+def test_region_subscription_bad_region_is_refused(server, world_name):
+    with Client(server.address, timeout=60) as c:
+        c.create_world(world_name, dims=2, bounds=(0.0, 0.0, 10.0, 10.0))
+        with pytest.raises(InvalidArgument, match="region"):
+            next(iter(c.subscribe(world_name, region=[5, 5, 1, 1])))
+        with pytest.raises(InvalidArgument, match="region"):
+            next(iter(c.subscribe(world_name, region=[0, 0, float("inf"), 1])))
+        with pytest.raises(FailedPrecondition):
+            next(iter(c.subscribe(world_name, region=[0, 0, 0, 1, 1, 1])))
+        assert c.get_world(world_name).subscribers == 0
+        c.delete_world(world_name)

@@ -53,6 +53,12 @@ def frame_answer(resp: pb.StreamFramesResponse) -> RemoteDelta:
     return delta_from(resp.delta)
 
 
+def subscribe_request(world: str, region=None) -> pb.SubscribeRequest:
+    """Subscribe to every delta, or with region (2*dims values, mins then maxs) to the pairs entering and
+    leaving the view of pairs with an object whose box intersects it."""
+    return pb.SubscribeRequest(world=world, region=[] if region is None else region_values(region))
+
+
 def _world(resp) -> WorldInfo:
     return info_from(resp.world)
 

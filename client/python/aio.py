@@ -8,7 +8,7 @@ import numpy as np
 
 from sapgrid.v1 import sapgrid_service_pb2 as pb, sapgrid_service_pb2_grpc as pb_grpc
 
-from ._calls import (DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Calls, channel_options, check_size, frame_answer,
+from ._calls import (DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Calls, channel_options, check_size, frame_answer, subscribe_request,
                      frame_request, is_cancelled)
 from .codec import RemoteDelta, delta_from, join_pairs, pairs_array
 from .errors import from_rpc_error, unavailable
@@ -89,9 +89,9 @@ class AsyncClient(Calls):
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
-    async def subscribe(self, world: str, timeout: float | None = None):
-        """Async iterator of the world's RemoteDeltas."""
-        call = self.stub.Subscribe(pb.SubscribeRequest(world=world), timeout=timeout)
+    async def subscribe(self, world: str, timeout: float | None = None, *, region=None):
+        """Async iterator of the world's RemoteDeltas (with region: of its view's changes, as Client.subscribe)."""
+        call = self.stub.Subscribe(subscribe_request(world, region), timeout=timeout)
         try:
             async for resp in call:
                 yield delta_from(resp.delta)

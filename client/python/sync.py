@@ -9,7 +9,7 @@ import numpy as np
 
 from sapgrid.v1 import sapgrid_service_pb2 as pb, sapgrid_service_pb2_grpc as pb_grpc
 
-from ._calls import (DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Calls, channel_options, check_size, frame_answer,
+from ._calls import (DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Calls, channel_options, check_size, frame_answer, subscribe_request,
                      frame_request, is_cancelled)
 from .codec import RemoteDelta, delta_from, join_pairs, pairs_array
 from .errors import SapgridError, from_rpc_error, unavailable
@@ -130,9 +130,13 @@ class Client(Calls):
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
-    def subscribe(self, world: str, timeout: float | None = None) -> Subscription:
-        """Iterator of every RemoteDelta the world produces from now on; ``.cancel()`` ends it."""
-        return Subscription(self.stub.Subscribe(pb.SubscribeRequest(world=world), timeout=timeout))
+    def subscribe(self, world: str, timeout: float | None = None, *, region=None) -> Subscription:
+        """Iterator of every RemoteDelta the world produces from now on; ``.cancel()`` ends it.
+
+        region (2*dims values, mins then maxs): only the pairs entering (created) and leaving (deleted)
+        the view of pairs with an object whose box intersects the region; the first delta carries the
+        whole view as created."""
+        return Subscription(self.stub.Subscribe(subscribe_request(world, region), timeout=timeout))
 
     def close(self) -> None:
         self.channel.close()

@@ -145,10 +145,12 @@ class StreamPairsResponse(_message.Message):
     def __init__(self, pairs: _Optional[bytes] = ..., total_pairs: _Optional[int] = ..., frame: _Optional[int] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("world",)
+    __slots__ = ("world", "region")
     WORLD_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
     world: str
-    def __init__(self, world: _Optional[str] = ...) -> None: ...
+    region: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, world: _Optional[str] = ..., region: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class SubscribeResponse(_message.Message):
     __slots__ = ("delta",)
