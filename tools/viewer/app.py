@@ -1,7 +1,8 @@
 """The viewer's web side: aiohttp serves the static page and one WebSocket per page.
 
-Per world being watched, a feed task subscribes to the world's deltas (pairs mirror, recent
-created/deleted pairs for flashing, frame stats and frames/s). Per page, a loop queries the boxes in
+Per world and shown area, a feed task holds a region subscription (Subscribe with the area as its
+region): the mirror of the pairs with an object in the area, recent created/deleted pairs for
+flashing, frame stats and frames/s. Per page, a loop queries the boxes in
 the page's visible area (QueryRegion with boxes) at a bounded rate, decimates them to a cap, and
 sends the latest state. Sending waits for the page: a slow page gets fewer, newer updates, never a
 queue. The server does no extra work per frame for the viewer beyond one subscriber per world.
@@ -33,10 +34,11 @@ def _pair_keys(pairs: np.ndarray) -> np.ndarray:
 
 
 class WorldFeed:
-    """One subscription to a world: its pairs mirror, recent pair changes and frame stats."""
+    """One region subscription to a world (the area a page shows): the mirror of the pairs with an
+    object in the region, recent pair changes and frame stats."""
 
-    def __init__(self, client: AsyncClient, world: str):
-        self.client, self.world = client, world
+    def __init__(self, client: AsyncClient, world: str, region: list[float]):
+        self.client, self.world, self.region = client, world, region
         self.pairs = set()
         self._pairs_array = None
         self.flashes: list[tuple[float, np.ndarray, np.ndarray]] = []
@@ -49,13 +51,17 @@ class WorldFeed:
 
     async def _run(self) -> None:
         try:
-            sub = self.client.subscribe(self.world)
+            sub = self.client.subscribe(self.world, region=self.region)
             first = asyncio.ensure_future(sub.__anext__())
-            await asyncio.sleep(0.05)  # the subscription is open before the snapshot is read
-            for row in (await self.client.pairs(self.world)).tolist():
-                self.pairs.add(tuple(row))
-            self._pairs_array = None
+            # until a frame comes: the pairs in the region now (the first delta then carries the whole view)
+            ids = await self.client.query(self.world, self.region)
+            pairs = await self.client.pairs(self.world)
+            if len(pairs) and len(ids):
+                pairs = pairs[np.isin(pairs[:, 0], ids) | np.isin(pairs[:, 1], ids)]
+            if not first.done():
+                self.pairs = set(map(tuple, pairs.tolist()))
             d = await first
+            self.pairs = set()
             while True:
                 self._apply(d)
                 d = await sub.__anext__()
@@ -105,25 +111,42 @@ class Viewer:
     def __init__(self, server: str, default_world: str = ""):
         self.server, self.default_world = server, default_world
         self.client: AsyncClient | None = None
-        self.feeds: dict[str, WorldFeed] = {}
+        self.feeds: dict[tuple, WorldFeed] = {}
 
     async def start(self, app) -> None:
         self.client = AsyncClient(self.server)
 
     async def stop(self, app) -> None:
-        for f in self.feeds.values():
+        for f in list(self.feeds.values()):
             f.task.cancel()
-        for f in self.feeds.values():
+        for f in list(self.feeds.values()):
             with contextlib.suppress(BaseException):
                 await f.task
         if self.client is not None:
             await self.client.close()
 
-    def feed(self, world: str) -> WorldFeed:
-        f = self.feeds.get(world)
+    def feed(self, page: "PageState") -> WorldFeed:
+        """The page's feed: one region subscription per world and shown area, shared by pages."""
+        key = (page.world, tuple(page.region(page.rect)))
+        f = self.feeds.get(key)
         if f is None or f.task.done():
-            f = self.feeds[world] = WorldFeed(self.client, world)
+            users = f.users if f is not None else 0
+            f = self.feeds[key] = WorldFeed(self.client, page.world, list(key[1]))
+            f.users = users
+        if page.feed_key != key:
+            self.release(page)
+            page.feed_key = key
+            f.users += 1
         return f
+
+    def release(self, page: "PageState") -> None:
+        f = self.feeds.get(page.feed_key) if page.feed_key else None
+        page.feed_key = None
+        if f is not None:
+            f.users -= 1
+            if f.users <= 0:
+                f.task.cancel()
+                del self.feeds[(f.world, tuple(f.region))]
 
     async def worlds(self, request) -> web.Response:
         infos = await self.client.list_worlds()
@@ -148,6 +171,7 @@ class Viewer:
                 except (ValueError, KeyError, TypeError, SapgridError) as err:
                     await ws.send_json({"type": "error", "message": str(err)})
         finally:
+            self.release(page)
             sender.cancel()
             with contextlib.suppress(BaseException):
                 await sender
@@ -163,7 +187,7 @@ class Viewer:
             if len(page.axes) != 2 or not all(0 <= a < page.dims for a in page.axes) or page.axes[0] == page.axes[1]:
                 raise ValueError(f"axes must be two different axes below {page.dims}")
             page.rect = [float(x) for x in m["rect"]]
-            self.feed(page.world)
+            self.feed(page)
             page.wake.set()
         elif kind == "query":
             ids = await self.client.query(page.world, page.region(m["rect"]))
@@ -180,7 +204,7 @@ class Viewer:
             area = (boxes[:, d + a0] - boxes[:, a0]) * (boxes[:, d + a1] - boxes[:, a1])
             k = int(np.argmin(area))
             oid = ids[k]
-            pairs = self.feed(page.world).pairs_of(np.array([oid], dtype=np.uint64))
+            pairs = self.feed(page).pairs_of(np.array([oid], dtype=np.uint64))
             others = np.where(pairs[:, 0] == oid, pairs[:, 1], pairs[:, 0]) if len(pairs) else pairs[:, 0]
             await ws.send_json({"type": "pick", "id": int(oid), "box": [float(v) for v in boxes[k]],
                                 "pairs": sorted(int(o) for o in others)})
@@ -203,7 +227,7 @@ class Viewer:
             await asyncio.sleep(max(0.0, period - (time.monotonic() - t0)))
 
     async def _state(self, page: "PageState") -> dict:
-        feed = self.feed(page.world)
+        feed = self.feed(page)
         ids, boxes = await self.client.query(page.world, page.region(page.rect), include_boxes=True)
         total = len(ids)
         if total > MAX_BOXES:  # decimate: an even sample of the visible boxes
@@ -237,6 +261,7 @@ class PageState:
         self.axes = [0, 1]
         self.rect = [0.0, 0.0, 1.0, 1.0]
         self.bounds = np.zeros(4)
+        self.feed_key = None
         self.wake = asyncio.Event()
 
     def region(self, rect) -> list[float]:
