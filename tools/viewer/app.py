@@ -181,12 +181,16 @@ class Viewer:
         kind = m["type"]
         if kind == "view":
             info = await self.client.get_world(str(m["world"]))
-            page.world, page.dims = info.name, info.config.dims
+            dims = info.config.dims
+            axes = [int(a) for a in m.get("axes", [0, 1])]
+            if len(axes) != 2 or not all(0 <= a < dims for a in axes) or axes[0] == axes[1]:
+                raise ValueError(f"axes must be two different axes below {dims}")
+            rect = [float(x) for x in m["rect"]]
+            if len(rect) != 4 or not np.all(np.isfinite(rect)):
+                raise ValueError("rect must be 4 finite values: x0, y0, x1, y1")
+            # checked: now the page changes
+            page.world, page.dims, page.axes, page.rect = info.name, dims, axes, rect
             page.bounds = np.array(info.config.bounds, dtype=np.float64)
-            page.axes = [int(a) for a in m.get("axes", [0, 1])]
-            if len(page.axes) != 2 or not all(0 <= a < page.dims for a in page.axes) or page.axes[0] == page.axes[1]:
-                raise ValueError(f"axes must be two different axes below {page.dims}")
-            page.rect = [float(x) for x in m["rect"]]
             self.feed(page)
             page.wake.set()
         elif kind == "query":
