@@ -76,6 +76,20 @@ class ViewDelta:
     view: np.ndarray      # (k, 2) uint64 the view after the frame, sorted
 
 
+def _codec(*pairs_arrays):
+    """Row keys for set operations on pairs: one uint64 (high << 32 | low) when every id fits in 32
+    bits (sorts as fast as integers), else a structured row (any uint64 ids)."""
+    top = max((int(p.max()) for p in pairs_arrays if p.size), default=0)
+    if top < 1 << 32:
+        def enc(p):
+            return (p[:, 0] << np.uint64(32)) | p[:, 1]
+
+        def dec(k):
+            return np.stack([k >> np.uint64(32), k & np.uint64(0xFFFFFFFF)], axis=1)
+        return enc, dec
+    return _rows, _pairs
+
+
 def view_step(view_before, inside_after, created, deleted, touching_changed) -> ViewDelta:
     """One frame of a region view.
 
@@ -84,15 +98,19 @@ def view_step(view_before, inside_after, created, deleted, touching_changed) -> 
     the frame that involve an id which entered or left the region this frame (a superset is fine
     as long as each row is a pair of the world after the frame).
     """
-    before = np.unique(_rows(view_before))
-    dead = _rows(deleted)
+    arrays = [np.asarray(p, dtype=np.uint64).reshape(-1, 2) for p in (view_before, created, deleted, touching_changed)]
+    enc, dec = _codec(*arrays)
+    before_p, created_p, deleted_p, touching_p = arrays
+    before = np.unique(enc(before_p))
+    dead = enc(deleted_p)
     kept = before[~np.isin(before, dead)] if dead.size else before
-    cand = np.unique(np.concatenate([kept, _rows(created), _rows(touching_changed)]))
-    after_pairs = filter_pairs(_pairs(cand), inside_after)
-    after = _rows(after_pairs)  # still sorted and unique: a subset of cand in order
-    entering = after[~np.isin(after, before)]
-    leaving = before[~np.isin(before, after)]
-    return ViewDelta(_pairs(entering), _pairs(leaving), _pairs(after))
+    cand = np.unique(np.concatenate([kept, enc(created_p), enc(touching_p)]))
+    cand_p = dec(cand)
+    keep = np.isin(cand_p[:, 0], inside_after) | np.isin(cand_p[:, 1], inside_after)
+    after = cand[keep]  # still sorted and unique
+    entering = after[~np.isin(after, before, assume_unique=True)]
+    leaving = before[~np.isin(before, after, assume_unique=True)]
+    return ViewDelta(dec(entering).reshape(-1, 2), dec(leaving).reshape(-1, 2), dec(after).reshape(-1, 2))
 
 
 @dataclass

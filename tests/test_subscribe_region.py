@@ -24,11 +24,11 @@ def pairs_touching(pairs, ids):
     return filter_pairs(pairs, np.sort(ids))
 
 
-def run(seed, dims, frames=25, n=40):
+def run(seed, dims, frames=25, n=40, id_base=1):
     rng = np.random.default_rng(seed)
     region = np.array([30.0] * dims + [60.0] * dims)
     objs = {}
-    next_id = 1
+    next_id = id_base
     def random_box():
         lo = rng.uniform(0, 90, dims)
         return np.concatenate([lo, lo + rng.uniform(1, 12, dims)])
@@ -73,6 +73,10 @@ def run(seed, dims, frames=25, n=40):
 @pytest.mark.parametrize("dims", [2, 3])
 def test_mirror_matches_brute_force_with_border_crossings(dims):
     assert run(7, dims) > 10  # objects really crossed the border
+
+
+def test_mirror_with_ids_beyond_32_bits():
+    assert run(3, 2, id_base=(1 << 40) + 5) > 10
 
 
 @settings(max_examples=25, deadline=None)
