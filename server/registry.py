@@ -282,8 +282,9 @@ class WorldRunner:
                 self.last = applied
                 if self._subscribers:             # in frame order: still holding the world
                     with self._mutex:
-                        for sub in self._subscribers:
-                            sub.offer(applied if sub.view is None else self._region_frame(sub.view, applied))
+                        subs = list(self._subscribers)
+                    for sub in subs:              # a region view's work is done outside the mutex
+                        sub.offer(applied if sub.view is None else self._region_frame(sub.view, applied))
                 return applied
         except Exception as exc:
             self.count_refusal(exc)
