@@ -145,11 +145,17 @@ class World:
         self._rasterize(f)              # phase 2
         self._make_room(f)              # phase 3
         self._apply_cells(f)            # phases 4 and 5
-        self._net_pair_sets(f)          # phase 6
-        created, deleted = self._merge(f)   # phase 7
+        if f.ev_total:
+            self._net_pair_sets(f)      # phase 6
+            created, deleted = self._merge(f)   # phase 7
+        else:                           # no pair event in any touched cell: no pair changes
+            f.t4 = time.perf_counter()
+            f.stats.apply_s = f.t4 - f.t2
+            created = deleted = _EMPTY_PAIRS
         self._finish(f)                 # phase 8
         f.stats.created, f.stats.deleted = created.shape[0], deleted.shape[0]
-        return Delta(created, deleted, f.stats)
+        return Delta(created.copy() if created is _EMPTY_PAIRS else created,
+                     deleted.copy() if deleted is _EMPTY_PAIRS else deleted, f.stats)
 
     def _validate_ids(self, f, remove_ids, update_ids, update_boxes, add_ids, add_boxes) -> None:
         """Phase 0, ids: every id rule, and the handles of the removes and updates."""
@@ -285,6 +291,7 @@ class World:
                 f.touched, over, self.dims, objects.cat, objects.mask, objects.static, sap.n, sap.base, bx_h, bx_pos,
                 ep_key, ps.base, ps.cap, ps.n, *ps.arrays[:2], f.ev_key, f.ev_off, f.ev_n)
             f.ev_plus = f.ev_n
+        f.ev_total = int(f.ev_n.sum())
 
     def _net_pair_sets(self, f) -> None:
         """Phase 6: room in the touched cells' pair sets (load factor <= 1/2), then each nets its events."""
@@ -294,14 +301,14 @@ class World:
         if grow.any():
             ps.place(touched[grow], np.maximum(16, 2 ** np.ceil(np.log2(2 * need[grow] + 1))).astype(np.int64))
         f.out_n = np.zeros(touched.shape[0], np.int64)
-        with parallel.region(self._max_threads, int(f.ev_n.sum()), parallel.MIN_EVENTS):
+        with parallel.region(self._max_threads, f.ev_total, parallel.MIN_EVENTS):
             kmerge.cells_net(touched, f.ev_key, f.ev_off, f.ev_n, ps.base, ps.cap, ps.n, *ps.arrays, f.out_n)
         f.t4 = time.perf_counter()
         f.stats.apply_s = f.t4 - f.t2
 
     def _merge(self, f) -> tuple[np.ndarray, np.ndarray]:
         """Phase 7: the cells' netted pairs into the world's pair counts; the delta's id pairs."""
-        created, deleted = self.world_pairs.merge(f.ev_key, f.ev_off, f.out_n, self._max_threads)
+        created, deleted = self.world_pairs.merge(f.ev_key, f.ev_off, f.out_n, self._max_threads, f.ev_total)
         return self._keys_to_id_pairs(created), self._keys_to_id_pairs(deleted)
 
     def _finish(self, f) -> None:
