@@ -20,17 +20,20 @@ ID_REASON = {1: "unknown id {id}", 2: "id {id} appears more than once in the fra
              3: "id {id} is already live (an id appears at most once in a frame)"}
 ID_FIELDS = ("remove_ids", "update_ids", "add_ids")
 _EMPTY_COLUMN = {np.uint32: np.zeros(0, np.uint32), np.uint8: np.zeros(0, np.uint8)}
+# shared empty inputs (nothing can be written into an array without elements)
+_NO_IDS = np.zeros(0, np.uint64)
+_NO_BOXES = {2: np.zeros((0, 4), np.float32), 3: np.zeros((0, 6), np.float32)}
 
 
 def as_ids(x, field: str) -> np.ndarray:
     """uint64 [K] ids (any non-negative integer dtype is accepted)."""
     if x is None:
-        return np.zeros(0, np.uint64)
+        return _NO_IDS
     a = np.asarray(x)
     if a.ndim != 1:
         raise FrameError(field, -1, f"must be a 1-D array of ids, got shape {a.shape}")
     if a.size == 0:
-        return np.zeros(0, np.uint64)
+        return _NO_IDS
     if a.dtype.kind == "i":
         if (a < 0).any():
             raise FrameError(field, int(np.flatnonzero(a < 0)[0]), "ids must be non-negative")
@@ -45,7 +48,7 @@ def as_boxes(boxes, n: int, field: str, dims: int, coord_limit: float) -> np.nda
     if boxes is None:
         if n:
             raise FrameError(field, -1, f"missing: {n} ids need {n} boxes")
-        return np.zeros((0, d2), np.float32)
+        return _NO_BOXES[dims]
     b = np.asarray(boxes)
     if b.dtype.kind not in "fiu":
         raise FrameError(field, -1, f"boxes must be numbers, got dtype {b.dtype}")

@@ -9,6 +9,7 @@ with the workqueue layer, which does not support concurrent launches, every laun
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numba
@@ -34,24 +35,16 @@ def _concurrent_launches_safe() -> bool:
     return _layer_safe
 
 
-class region:
+_UNLOCKED = contextlib.nullcontext()
+
+
+def region(max_threads: int, work: int, threshold: int = MIN_OPS):
     """``with region(max_threads, work, threshold):`` around parallel kernel launches: ``max_threads``
     threads for ``work`` at or above ``threshold``, else 1 (see the module docstring for the lock).
-    A class, not a generator: it is entered several times per frame, and this costs a fifth as much."""
-
-    __slots__ = ("locked",)
-
-    def __init__(self, max_threads: int, work: int, threshold: int = MIN_OPS):
-        n = max_threads if work >= threshold else 1
-        if getattr(_SET, "n", 0) != n:       # numba.set_num_threads costs microseconds: only on a change
-            numba.set_num_threads(n)
-            _SET.n = n
-        self.locked = n > 1 or not _concurrent_launches_safe()
-
-    def __enter__(self):
-        if self.locked:
-            _LOCK.acquire()
-
-    def __exit__(self, *exc):
-        if self.locked:
-            _LOCK.release()
+    Returns the process-wide lock itself or a shared no-op context: it is entered several times per
+    frame, and a function returning an existing context costs less than making one."""
+    n = max_threads if work >= threshold else 1
+    if getattr(_SET, "n", 0) != n:       # numba.set_num_threads costs microseconds: only on a change
+        numba.set_num_threads(n)
+        _SET.n = n
+    return _LOCK if n > 1 or not _concurrent_launches_safe() else _UNLOCKED

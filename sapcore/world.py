@@ -120,6 +120,8 @@ class World:
         self._cell_stamp = np.zeros(nc, np.int64)      # the last frame that touched each cell
         self._cell_tidx = np.zeros(nc, np.int32)       # its index among that frame's touched cells
         self._scratch_ev = np.empty(1024, np.uint64)   # the event buffer, reused between frames
+        self._scratch = np.empty((numba.config.NUMBA_NUM_THREADS, 3, 0), np.int32)
+        self._kscratch = np.empty((numba.config.NUMBA_NUM_THREADS, 0), np.uint64)
 
     def _move_saps(self, cells, new_base, new_cap, src, dst):
         karena.cells_move(cells, new_base, new_cap, self.dims, self.sap.n, self.sap.base, self.sap.cap, *src, *dst)
@@ -145,11 +147,17 @@ class World:
         self._rasterize(f)              # phase 2
         self._make_room(f)              # phase 3
         self._apply_cells(f)            # phases 4 and 5
-        self._net_pair_sets(f)          # phase 6
-        created, deleted = self._merge(f)   # phase 7
+        if f.ev_total:
+            self._net_pair_sets(f)      # phase 6
+            created, deleted = self._merge(f)   # phase 7
+        else:                           # no pair event in any touched cell: no pair changes
+            f.t4 = time.perf_counter()
+            f.stats.apply_s = f.t4 - f.t2
+            created = deleted = _EMPTY_PAIRS
         self._finish(f)                 # phase 8
         f.stats.created, f.stats.deleted = created.shape[0], deleted.shape[0]
-        return Delta(created, deleted, f.stats)
+        return Delta(created.copy() if created is _EMPTY_PAIRS else created,
+                     deleted.copy() if deleted is _EMPTY_PAIRS else deleted, f.stats)
 
     def _validate_ids(self, f, remove_ids, update_ids, update_boxes, add_ids, add_boxes) -> None:
         """Phase 0, ids: every id rule, and the handles of the removes and updates."""
@@ -187,15 +195,17 @@ class World:
             f.same = np.empty(f.nu, np.uint8)
         if f.nu and not r.still:
             with parallel.region(self._max_threads, f.nu):
-                raise_bad_box("update_boxes", self._coord_limit, *kval.boxes_check(
+                row, code, axis, unchanged = kval.boxes_check(
                     f.upd_boxes, self.dims, self._coord_limit32, self.objects.box, f.upd_h, f.same, rows,
-                    r.row_of if rows.shape[0] else NO_ROW_OF, r.listed and self.update_list.rows is not None))
-            f.moving = f.nu - int(np.count_nonzero(f.same == 2))
+                    r.row_of if rows.shape[0] else NO_ROW_OF, r.listed and self.update_list.rows is not None)
+            raise_bad_box("update_boxes", self._coord_limit, row, code, axis)
+            f.moving = f.nu - unchanged
         if f.na:
             with parallel.region(self._max_threads, f.na):
-                raise_bad_box("add_boxes", self._coord_limit, *kval.boxes_check(
+                row, code, axis, _ = kval.boxes_check(
                     f.add_boxes, self.dims, self._coord_limit32, self.objects.box, _NO_HANDLES, _NO_SAME, NO_ROWS,
-                    NO_ROW_OF, False))
+                    NO_ROW_OF, False)
+            raise_bad_box("add_boxes", self._coord_limit, row, code, axis)
         f.add_cat = check_column(add_category, f.na, "add_category", np.uint32, 0xFFFFFFFF)
         f.add_msk = check_column(add_mask, f.na, "add_mask", np.uint32, 0xFFFFFFFF)
         f.add_static = check_column(add_static, f.na, "add_static", np.uint8, 0)
@@ -261,12 +271,12 @@ class World:
         if need > self._scratch_ev.shape[0] or self._scratch_ev.shape[0] > 8 * max(need, 1 << 16):
             # grow, or give back a buffer left far too big by a burst (e.g. the initial batch insert)
             self._scratch_ev = np.empty(need + need // 2, np.uint64)
-        nt, nth = touched.shape[0], numba.config.NUMBA_NUM_THREADS
-        f.ev_n = np.zeros(nt, np.int64)
-        f.ev_plus = np.zeros(nt, np.int64)
-        f.swaps = np.zeros(nt, np.int64)
-        f.scratch = np.empty((nth, 3, max_cap + 1), np.int32)
-        f.kscratch = np.empty((nth, 2 * max_cap + 2), np.uint64)
+        # per touched cell, written by cells_apply for every cell: events, "pair added" events, swaps
+        f.ev_n, f.ev_plus, f.swaps = np.empty((3, touched.shape[0]), np.int64)
+        if self._scratch.shape[2] < max_cap + 1:     # per-thread workspace of cells_apply, kept between frames
+            nth = numba.config.NUMBA_NUM_THREADS
+            self._scratch = np.empty((nth, 3, max_cap + 1 + max_cap // 4), np.int32)
+            self._kscratch = np.empty((nth, self._scratch.shape[2] * 2), np.uint64)
 
     def _apply_cells(self, f) -> None:
         """Phase 4: every touched cell's SAP, in parallel; phase 5: overflowed event slices recomputed."""
@@ -276,7 +286,7 @@ class World:
         with parallel.region(self._max_threads, f.work):
             ksap.cells_apply(f.touched, f.ent_off, f.ent_h, self.dims, self._C, objects.flag, objects.crange,
                              objects.box.view(np.uint32), objects.cat, objects.mask, objects.static, sap.n, sap.base,
-                             bx_h, bx_pos, ep_key, f.scratch, f.kscratch, ps.base, ps.n, ps.arrays[1], f.ev_key,
+                             bx_h, bx_pos, ep_key, self._scratch, self._kscratch, ps.base, ps.n, ps.arrays[1], f.ev_key,
                              f.ev_off, f.ev_n, f.ev_plus, f.swaps)
         over = f.ev_n > f.ev_cap
         if over.any():
@@ -285,6 +295,7 @@ class World:
                 f.touched, over, self.dims, objects.cat, objects.mask, objects.static, sap.n, sap.base, bx_h, bx_pos,
                 ep_key, ps.base, ps.cap, ps.n, *ps.arrays[:2], f.ev_key, f.ev_off, f.ev_n)
             f.ev_plus = f.ev_n
+        f.ev_total = int(f.ev_n.sum())
 
     def _net_pair_sets(self, f) -> None:
         """Phase 6: room in the touched cells' pair sets (load factor <= 1/2), then each nets its events."""
@@ -294,14 +305,14 @@ class World:
         if grow.any():
             ps.place(touched[grow], np.maximum(16, 2 ** np.ceil(np.log2(2 * need[grow] + 1))).astype(np.int64))
         f.out_n = np.zeros(touched.shape[0], np.int64)
-        with parallel.region(self._max_threads, int(f.ev_n.sum()), parallel.MIN_EVENTS):
+        with parallel.region(self._max_threads, f.ev_total, parallel.MIN_EVENTS):
             kmerge.cells_net(touched, f.ev_key, f.ev_off, f.ev_n, ps.base, ps.cap, ps.n, *ps.arrays, f.out_n)
         f.t4 = time.perf_counter()
         f.stats.apply_s = f.t4 - f.t2
 
     def _merge(self, f) -> tuple[np.ndarray, np.ndarray]:
         """Phase 7: the cells' netted pairs into the world's pair counts; the delta's id pairs."""
-        created, deleted = self.world_pairs.merge(f.ev_key, f.ev_off, f.out_n, self._max_threads)
+        created, deleted = self.world_pairs.merge(f.ev_key, f.ev_off, f.out_n, self._max_threads, f.ev_total)
         return self._keys_to_id_pairs(created), self._keys_to_id_pairs(deleted)
 
     def _finish(self, f) -> None:
@@ -372,7 +383,7 @@ class World:
         """Bytes held by the world's arrays (objects, id map, arenas, pair sets, workspaces)."""
         return (self.objects.nbytes() + self.sap.nbytes() + self.pair_sets.nbytes() + self.world_pairs.nbytes()
                 + self.update_list.nbytes() + self._cell_stamp.nbytes + self._cell_tidx.nbytes
-                + self._scratch_ev.nbytes)
+                + self._scratch_ev.nbytes + self._scratch.nbytes + self._kscratch.nbytes)
 
     # ------------------------------------------------------------------ invariants
     def validate(self) -> None:

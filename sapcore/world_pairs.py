@@ -43,8 +43,15 @@ class WorldPairs:
             kmerge.pair_set_rehash(slots, keys, s * cap, cap, s * half, n)
         self.cap, self.slots, self.keys, self.cnt = cap, slots, keys, cnt
 
-    def merge(self, ev_key, ev_off, out_n, max_threads: int) -> tuple[np.ndarray, np.ndarray]:
-        """Add the cells' netted pair events; return the keys of the pairs created and deleted."""
+    def merge(self, ev_key, ev_off, out_n, max_threads: int, events: int) -> tuple[np.ndarray, np.ndarray]:
+        """Add the cells' netted pair events (at most ``events`` of them); return the keys of the pairs
+        created and deleted. Few events are merged by one serial call when the table has room."""
+        if events < parallel.MIN_EVENTS:
+            done, created, deleted, count = kmerge.world_merge_small(ev_key, ev_off, out_n, SHARDS, self.slots,
+                                                                     self.keys, self.cnt, self.cap, self.n)
+            if done:
+                self.count = count
+                return created, deleted
         events, boff = kmerge.world_bucket(ev_key, ev_off, out_n, SHARDS)
         self.reserve(np.diff(boff))
         created = np.empty(events.shape[0], np.uint64)

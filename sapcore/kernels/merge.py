@@ -129,6 +129,65 @@ def world_bucket(ev_key, ev_off, out_n, shards):
     return out, off
 
 
+@njit(**NJIT_INLINE)
+def _merge_shard(s, events, off, g_slots, g_keys, g_cnt, cap, g_n, created, deleted):
+    """Merge shard s's events (``world_merge``); returns (created, deleted) counts, written from
+    ``off[s]`` on. Inlined: called once per shard by both merges."""
+    half = cap // 2
+    lo = off[s]
+    m = off[s + 1] - lo
+    sb = s * cap
+    pb = s * half
+    gn = g_n[s]
+    ch_key = np.empty(m, np.uint64)
+    ch_orig = np.empty(m, np.int32)
+    ch_p = np.empty(m, np.int64)
+    nc = 0
+    for r in range(m):
+        ek = events[lo + r]
+        key = ek & KEY_MASK
+        p = pair_set_find(g_slots, g_keys, sb, cap, pb, key)
+        if p < 0:
+            gn = pair_set_insert(g_slots, g_keys, g_cnt, sb, cap, pb, gn, key, _TOUCH)
+            p = gn - 1
+            ch_key[nc] = key
+            ch_orig[nc] = 0
+            ch_p[nc] = p
+            nc += 1
+        elif (g_cnt[pb + p] & _TOUCH) == 0:
+            ch_key[nc] = key
+            ch_orig[nc] = g_cnt[pb + p]
+            ch_p[nc] = p
+            nc += 1
+            g_cnt[pb + p] |= _TOUCH
+        if (ek & EVENT_REMOVED) != 0:
+            g_cnt[pb + p] -= 1
+        else:
+            g_cnt[pb + p] += 1
+    # the pairs' indices are still valid here: nothing has been removed yet
+    ncr = 0
+    nde = 0
+    nz = 0
+    for r in range(nc):
+        p = ch_p[r]
+        now = g_cnt[pb + p] & ~_TOUCH
+        g_cnt[pb + p] = now
+        if now == 0:
+            ch_key[nz] = ch_key[r]          # removed below (r >= nz: in place is safe)
+            nz += 1
+            if ch_orig[r] > 0:
+                deleted[lo + nde] = ch_key[r]
+                nde += 1
+        elif ch_orig[r] == 0:
+            created[lo + ncr] = ch_key[r]
+            ncr += 1
+    for r in range(nz):
+        i = pair_set_find_slot(g_slots, g_keys, sb, cap, pb, ch_key[r])
+        gn = pair_set_remove_slot(g_slots, g_keys, g_cnt, sb, cap, pb, gn, i)
+    g_n[s] = gn
+    return ncr, nde
+
+
 @njit(**NJIT_PARALLEL)
 def world_merge(events, off, g_slots, g_keys, g_cnt, cap, g_n, created, deleted, n_created, n_deleted):
     """Merge the cells' netted events into the world's pair counts, one shard per task, in parallel.
@@ -139,61 +198,31 @@ def world_merge(events, off, g_slots, g_keys, g_cnt, cap, g_n, created, deleted,
     ``n_created[s]`` / ``n_deleted[s]`` of them. Each shard processes its events in their given order,
     so the result does not depend on the number of threads.
     """
-    half = cap // 2
     for s in prange(off.shape[0] - 1):
-        lo = off[s]
-        m = off[s + 1] - lo
-        sb = s * cap
-        pb = s * half
-        gn = g_n[s]
-        ch_key = np.empty(m, np.uint64)
-        ch_orig = np.empty(m, np.int32)
-        ch_p = np.empty(m, np.int64)
-        nc = 0
-        for r in range(m):
-            ek = events[lo + r]
-            key = ek & KEY_MASK
-            p = pair_set_find(g_slots, g_keys, sb, cap, pb, key)
-            if p < 0:
-                gn = pair_set_insert(g_slots, g_keys, g_cnt, sb, cap, pb, gn, key, _TOUCH)
-                p = gn - 1
-                ch_key[nc] = key
-                ch_orig[nc] = 0
-                ch_p[nc] = p
-                nc += 1
-            elif (g_cnt[pb + p] & _TOUCH) == 0:
-                ch_key[nc] = key
-                ch_orig[nc] = g_cnt[pb + p]
-                ch_p[nc] = p
-                nc += 1
-                g_cnt[pb + p] |= _TOUCH
-            if (ek & EVENT_REMOVED) != 0:
-                g_cnt[pb + p] -= 1
-            else:
-                g_cnt[pb + p] += 1
-        # the pairs' indices are still valid here: nothing has been removed yet
-        ncr = 0
-        nde = 0
-        nz = 0
-        for r in range(nc):
-            p = ch_p[r]
-            now = g_cnt[pb + p] & ~_TOUCH
-            g_cnt[pb + p] = now
-            if now == 0:
-                ch_key[nz] = ch_key[r]          # removed below (r >= nz: in place is safe)
-                nz += 1
-                if ch_orig[r] > 0:
-                    deleted[lo + nde] = ch_key[r]
-                    nde += 1
-            elif ch_orig[r] == 0:
-                created[lo + ncr] = ch_key[r]
-                ncr += 1
-        for r in range(nz):
-            i = pair_set_find_slot(g_slots, g_keys, sb, cap, pb, ch_key[r])
-            gn = pair_set_remove_slot(g_slots, g_keys, g_cnt, sb, cap, pb, gn, i)
-        g_n[s] = gn
-        n_created[s] = ncr
-        n_deleted[s] = nde
+        n_created[s], n_deleted[s] = _merge_shard(s, events, off, g_slots, g_keys, g_cnt, cap, g_n, created,
+                                                  deleted)
+
+
+@njit(**NJIT)
+def world_merge_small(ev_key, ev_off, out_n, shards, g_slots, g_keys, g_cnt, cap, g_n):
+    """``world_bucket``, ``world_merge`` and the gathering of their results in one serial call, for a
+    frame with few pair events (one call instead of five: their fixed cost is most of a small frame's
+    merge). Returns (done, created, deleted, pairs): pairs the table's pair count after; done False (nothing changed) when some shard lacks room
+    for its events at load factor < 1/2; the caller then grows the table and merges the general way.
+    The result is the same as the general merge's: shards are merged in their order, each alone."""
+    events, off = world_bucket(ev_key, ev_off, out_n, shards)
+    for s in range(shards):
+        if 2 * (g_n[s] + off[s + 1] - off[s]) >= cap:
+            return False, events[:0], events[:0], 0
+    created = np.empty(events.shape[0], np.uint64)
+    deleted = np.empty(events.shape[0], np.uint64)
+    n_cr = np.empty(shards, np.int64)
+    n_de = np.empty(shards, np.int64)
+    pairs = 0
+    for s in range(shards):
+        n_cr[s], n_de[s] = _merge_shard(s, events, off, g_slots, g_keys, g_cnt, cap, g_n, created, deleted)
+        pairs += g_n[s]
+    return True, gather_runs(created, off, n_cr), gather_runs(deleted, off, n_de), pairs
 
 
 @njit(**NJIT)

@@ -74,7 +74,8 @@ def _first_bad(boxes, dims, limit, stored, handles, rows, row_of, by_row):
 
 @njit(**NJIT_PARALLEL)
 def boxes_check(boxes, dims, limit, stored, handles, same, rows, row_of, by_row):
-    """First bad row of float32 boxes [K, 2*dims]: returns (row, code, axis) or (-1, 0, 0).
+    """First bad row of float32 boxes [K, 2*dims]: returns (row, code, axis, unchanged), row -1 (code 0,
+    axis 0) when every box is fine; unchanged: the rows marked ``same[i] = 2``.
 
     Rows are checked in parallel; the answer is the lowest bad row whatever the thread count. With
     ``handles`` (int32 [K], updates of known objects; empty otherwise), a row equal to the object's
@@ -87,14 +88,18 @@ def boxes_check(boxes, dims, limit, stored, handles, same, rows, row_of, by_row)
     n = boxes.shape[0]
     known = handles.shape[0] == n and n > 0
     bad = 0
+    unchanged = 0
     for i in prange(n):
         if known:
             eq = _unchanged(boxes, i, stored, handles, rows, row_of, by_row, dims)
             same[i] = 2 if eq else 0
             if eq:
+                unchanged += 1
                 continue
         if _box_code(boxes, i, dims, limit) != 0:
             bad += 1
     if bad:
-        return _first_bad(boxes, dims, limit, stored, handles if known else handles[:0], rows, row_of, by_row)
-    return -1, BOX_OK, 0
+        row, code, axis = _first_bad(boxes, dims, limit, stored, handles if known else handles[:0], rows, row_of,
+                                     by_row)
+        return row, code, axis, unchanged
+    return -1, BOX_OK, 0, unchanged
