@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -139,3 +140,21 @@ def test_cli_demo_spawn_server(capsys):
     assert cli.main(["demo", "--spawn-server", "--ticks", "3", "--objects", "200"]) == 0
     out = capsys.readouterr().out
     assert "server at 127.0.0.1:" in out and "done: 3 ticks" in out and "server stopped" in out
+
+
+def test_metrics_a_new_world_and_the_build(server, client, world_name):
+    """Every per-world gauge has a sample as soon as the world exists; no ``_created`` series; the
+    server's version as sapgrid_build_info; frame latency buckets fine where frames are."""
+    from sapgrid import __version__
+
+    client.create_world(world_name, CFG)
+    text = scrape(server.metrics_url)
+    assert metric_value(text, "sapgrid_world_subscribers", world=world_name) == 0
+    assert metric_value(text, "sapgrid_world_queue_depth", world=world_name) == 0
+    assert metric_value(text, "sapgrid_build_info", version=__version__) == 1
+    assert "_created" not in text.replace("sapgrid_pairs_created_total", "")
+    client.step(world_name, 1, add_ids=[1, 2], add_boxes=[[0, 0, 1, 1], [1, 1, 2, 2]])
+    text = scrape(server.metrics_url)
+    edges = {float(le) for le in re.findall(r'sapgrid_frame_duration_seconds_bucket\{[^}]*le="([0-9.e+-]+)"', text)}
+    assert len([e for e in edges if 0.001 <= e <= 0.0025]) >= 3       # 1, 1.5, 2 ms (and not one 1-2.5 ms bucket)
+    client.delete_world(world_name)
