@@ -27,6 +27,7 @@ from .admission import RESERVED_THREADS, Admission
 from .config import ServerConfig
 from .metrics import Metrics
 from .registry import Registry
+from . import cluster
 from .servicer import EchoServicer, SapgridServicer, add_to_server
 
 log = logging.getLogger("sapgrid.server")
@@ -110,7 +111,8 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     # Beyond the threads, a few short calls may wait for one; any call past that is refused by gRPC.
     server = grpc.server(pool, options=grpc_options(cfg), interceptors=(admission,),
                          maximum_concurrent_rpcs=threads + 4 * RESERVED_THREADS)
-    add_to_server(SapgridServicer(registry, metrics), server)
+    ownership = cluster.from_config(cfg.cluster_members, cfg.cluster_self)
+    add_to_server(SapgridServicer(registry, metrics, ownership), server)
     echo_service_pb2_grpc.add_EchoServiceServicer_to_server(EchoServicer(), server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -119,7 +121,8 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     port = server.add_insecure_port(cfg.listen)
     if port == 0:
         raise OSError(f"cannot listen on {cfg.listen}")
-    if cfg.default_world:
+    # In a cluster, the default world is created only by the replica the ring gives it to.
+    if cfg.default_world and (ownership is None or ownership.ring.owner(cfg.default_world) == ownership.self_member):
         from sapcore import WorldConfig
 
         registry.create(cfg.default_world, WorldConfig(dims=cfg.default_world_dims, bounds=cfg.default_world_bounds,

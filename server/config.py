@@ -55,6 +55,8 @@ class ServerConfig:
     grace_seconds: float = 10.0
     keepalive_seconds: float = 30.0
     validate: bool = False
+    cluster_members: str = ""
+    cluster_self: str = ""
 
     def __post_init__(self):
         if ":" not in self.listen:
@@ -68,6 +70,8 @@ class ServerConfig:
                 raise ValueError(f"{name} must be >= 1")
         object.__setattr__(self, "default_world_bounds", tuple(float(x) for x in self.default_world_bounds))
         object.__setattr__(self, "default_world_cells", tuple(int(x) for x in self.default_world_cells))
+        from .cluster import from_config
+        from_config(self.cluster_members, self.cluster_self)  # raises on a bad member list
 
 
 def _floats(text: str) -> tuple:
@@ -103,6 +107,9 @@ _HELP = {
     "grace_seconds": "graceful shutdown: wait this long for in-flight calls (default 10)",
     "keepalive_seconds": "server keepalive ping interval (default 30)",
     "validate": "validate the world's invariants after every frame (slow)",
+    "cluster_members": "the cluster's replicas HOST:PORT,HOST:PORT,... (the proxy's ring); worlds the ring "
+                       "gives to another replica are refused (default: not in a cluster)",
+    "cluster_self": "this replica's HOST:PORT in --cluster-members",
 }
 
 

@@ -66,13 +66,16 @@ def add_to_server(servicer: "SapgridServicer", server) -> None:
 class SapgridServicer(pb_grpc.SapgridServiceServicer):
     """Each call runs in its own server thread and does its engine work itself (see registry.py)."""
 
-    def __init__(self, registry: Registry, metrics: Metrics):
+    def __init__(self, registry: Registry, metrics: Metrics, ownership=None):
         self.registry = registry
         self.metrics = metrics
+        self.ownership = ownership  # cluster.Ownership of a replica in a cluster, else None
 
     # ---- worlds -----------------------------------------------------------------------------
     @_unary
     def CreateWorld(self, request, context):
+        if self.ownership is not None:
+            self.ownership.check(request.name)
         config = protocol.world_config(request.config, self.registry.engine_threads)
         runner = self.registry.create(request.name, config, request.config.expected_objects, request.if_not_exists)
         return pb.CreateWorldResponse(world=protocol.world_info(runner))

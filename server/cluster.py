@@ -1,0 +1,95 @@
+"""The cluster ring: which replica owns a world.
+
+A world's bucket is ``crc32(name) mod BUCKETS`` (the same value HAProxy computes with
+``req.hdr(x-sapgrid-world),crc32,mod(BUCKETS)``), and each bucket belongs to the member with the
+highest rendezvous score (blake2b of ``"<bucket>|<member>"``): adding or removing a member moves only the
+buckets that member gains or loses (~1/N of them). The proxy configuration is generated from the same
+member list (``bucket_map``), so the proxy and every replica agree exactly on a world's owner.
+"""
+from __future__ import annotations
+
+import hashlib
+import zlib
+
+import grpc
+
+from .errors import ServiceError
+
+BUCKETS = 1024
+HEADER = "x-sapgrid-world"
+
+
+class NotOwner(ServiceError):
+    """The ring gives this world to another replica."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+def parse_members(text) -> tuple:
+    """``"HOST:PORT,HOST:PORT"`` (or a list) -> a tuple of distinct members, in the given order."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    members = tuple(m.strip() for m in items if m.strip())
+    for m in members:
+        host, _, port = m.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"cluster member must be HOST:PORT, got {m!r}")
+    if len(set(members)) != len(members):
+        raise ValueError(f"cluster members repeat: {','.join(members)}")
+    return members
+
+
+def _score(bucket_: int, member: str) -> bytes:
+    """Rendezvous score of a member for a bucket (a well-mixed hash; crc32 is linear and would not spread)."""
+    return hashlib.blake2b(f"{bucket_}|{member}".encode(), digest_size=8).digest()
+
+
+def bucket(world: str) -> int:
+    """The world's bucket: crc32 (IEEE, as HAProxy's ``crc32`` converter) of its UTF-8 name mod BUCKETS."""
+    return zlib.crc32(world.encode("utf-8")) % BUCKETS
+
+
+class Ring:
+    """The members and the owner of every bucket."""
+
+    def __init__(self, members):
+        self.members = parse_members(members)
+        if not self.members:
+            raise ValueError("a cluster needs at least one member")
+        self.owners = tuple(max(self.members, key=lambda m: (_score(b, m), m)) for b in range(BUCKETS))
+
+    def owner(self, world: str) -> str:
+        return self.owners[bucket(world)]
+
+    def bucket_map(self) -> str:
+        """HAProxy map file: one ``bucket server-name`` line per bucket."""
+        return "".join(f"{b} {server_name(self.members.index(m))}\n" for b, m in enumerate(self.owners))
+
+
+def server_name(index: int) -> str:
+    return f"r{index}"
+
+
+class Ownership:
+    """A replica's ownership check: refuses to create or restore a world the ring gives to another."""
+
+    def __init__(self, members, self_member: str):
+        self.ring = Ring(members)
+        self.self_member = self_member.strip()
+        if self.self_member not in self.ring.members:
+            raise ValueError(f"--cluster-self {self_member!r} is not one of --cluster-members "
+                             f"{','.join(self.ring.members)}")
+
+    def check(self, world: str) -> None:
+        owner = self.ring.owner(world)
+        if owner != self.self_member:
+            raise NotOwner(f"world {world!r} belongs to replica {owner} (this is {self.self_member})",
+                           field="name")
+
+
+def from_config(members: str, self_member: str) -> Ownership | None:
+    """The ownership check of a server config (None when the server is not in a cluster)."""
+    if not members and not self_member:
+        return None
+    if not members or not self_member:
+        raise ValueError("--cluster-members and --cluster-self go together")
+    return Ownership(members, self_member)
