@@ -93,3 +93,20 @@ def from_config(members: str, self_member: str) -> Ownership | None:
     if not members or not self_member:
         raise ValueError("--cluster-members and --cluster-self go together")
     return Ownership(members, self_member)
+
+
+class WrongWorld(ServiceError):
+    """A frame names another world than the one its stream is bound to."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+    def __init__(self, world: str, bound: str):
+        super().__init__(f"frame for world {world!r} on a stream bound to world {bound!r} ({HEADER})", field="world")
+
+
+def stream_world(context) -> str:
+    """The world a call names in its ``x-sapgrid-world`` metadata ("" if none)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == HEADER:
+            return value
+    return ""

@@ -15,7 +15,7 @@ from sapgrid.v1 import echo_service_pb2_grpc as echo_grpc
 from sapgrid.v1 import sapgrid_service_pb2 as pb
 from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
 
-from . import protocol
+from . import cluster, protocol
 from .errors import Cancelled, WorldNotFound, abort, frame_error
 from .metrics import Metrics
 from .registry import Caller, Registry
@@ -125,6 +125,7 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         # A rejected frame gets its error in its own slot and the stream goes on.
         # A graceful shutdown lets an open stream go on until its client ends it (or the grace period ends).
         caller = Caller(context)
+        bound = cluster.stream_world(context)  # a stream opened with x-sapgrid-world takes only that world
         with self.registry.frame_call():
             for raw in request_iterator:
                 received = time.perf_counter()
@@ -132,6 +133,8 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
                 try:
                     frame = protocol.read_frame(raw)
                     seq = frame.seq
+                    if bound and frame.world != bound:
+                        raise cluster.WrongWorld(frame.world, bound)
                     runner, applied = self._apply(frame, received, caller)
                 except Cancelled:
                     return

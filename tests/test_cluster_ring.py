@@ -1,6 +1,8 @@
 """The cluster ring and the replicas' ownership check (server/cluster.py)."""
 import zlib
 
+import grpc
+
 import pytest
 
 from sapgrid.server import cluster
@@ -62,3 +64,47 @@ def test_replica_refuses_a_world_it_does_not_own():
             assert [w.name for w in c.list_worlds()] == [mine]
     finally:
         app.stop(0)
+
+
+def test_calls_carry_the_world_header_and_a_stream_is_bound_to_its_world():
+    import numpy as np
+
+    from sapgrid.client import Client
+    from sapgrid.client.errors import FailedPrecondition
+
+    seen = []
+
+    class Recorder(grpc.ServerInterceptor):
+        def intercept_service(self, continuation, details):
+            seen.append((details.method.rsplit("/", 1)[1], dict(details.invocation_metadata).get(cluster.HEADER)))
+            return continuation(details)
+
+    app = build(ServerConfig(listen="127.0.0.1:0", metrics_port=-1, default_world=""))
+    app.server._state.interceptor_pipeline = grpc._interceptor.service_pipeline([Recorder()])
+    app.start()
+    try:
+        with Client(f"127.0.0.1:{app.port}") as c:
+            c.create_world("a")
+            c.create_world("b")
+            c.get_world("a")
+            ids = np.array([1, 2], dtype=np.uint64)
+            boxes = np.array([[0, 0, 2, 2], [1, 1, 3, 3]], dtype=np.float64)
+            c.step("a", add_ids=ids, add_boxes=boxes)
+            c.query("a", [0, 0, 10, 10])
+            c.list_pairs("a")
+            c.pairs("a")
+            with c.stream("b") as s:
+                s.send(add_ids=ids, add_boxes=boxes)
+                assert len(s.recv().created) == 1
+                s.send(world="a", remove_ids=ids)
+                with pytest.raises(FailedPrecondition, match="bound to world 'b'"):
+                    s.recv()
+                s.send(remove_ids=ids)  # the stream goes on
+                assert len(s.recv().deleted) == 1
+            assert len(c.pairs("a")) == 1  # the refused frame changed nothing
+            c.delete_world("b")
+    finally:
+        app.stop(0)
+    named = [m for m, w in seen if m not in ("ListWorlds",)]
+    assert named and all(w in ("a", "b") for m, w in seen if m in named), seen
+    assert ("StreamFrames", "b") in seen and ("DeleteWorld", "b") in seen and ("StreamPairs", "a") in seen

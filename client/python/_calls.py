@@ -40,6 +40,15 @@ def check_size(request, limit: int) -> None:
                          f"the objects in several frames", "frame")
 
 
+WORLD_HEADER = "x-sapgrid-world"
+
+
+def world_metadata(world: str):
+    """The call's gRPC metadata: the world it names in ``x-sapgrid-world`` (the cluster proxy routes by
+    it; a frame stream opened with a world is bound to it). None for a call that names no world."""
+    return ((WORLD_HEADER, world),) if world else None
+
+
 def frame_request(world: str, seq: int, arrays: dict) -> pb.StreamFramesRequest:
     request = pb.StreamFramesRequest()
     encode_frame(world, seq, **arrays, into=request.frame)
@@ -69,7 +78,7 @@ class Calls:
     stub = None
     max_message_bytes = DEFAULT_MAX_MESSAGE_BYTES
 
-    def _unary(self, method, request, read, timeout=None):  # pragma: no cover - implemented by the clients
+    def _unary(self, method, request, read, timeout=None, world=""):  # pragma: no cover - implemented by the clients
         raise NotImplementedError
 
     # ---- worlds -----------------------------------------------------------------------------
@@ -79,34 +88,35 @@ class Calls:
         dims/bounds/cells (cells None: the server picks)."""
         msg = config_message(config, dims=dims, bounds=bounds, cells=cells, expected_objects=expected_objects)
         return self._unary(self.stub.CreateWorld, pb.CreateWorldRequest(name=name, config=msg,
-                                                                        if_not_exists=if_not_exists), _world)
+                                                                        if_not_exists=if_not_exists), _world, world=name)
 
     def delete_world(self, name: str) -> None:
-        return self._unary(self.stub.DeleteWorld, pb.DeleteWorldRequest(name=name), lambda resp: None)
+        return self._unary(self.stub.DeleteWorld, pb.DeleteWorldRequest(name=name), lambda resp: None, world=name)
 
     def list_worlds(self) -> list[WorldInfo]:
         return self._unary(self.stub.ListWorlds, pb.ListWorldsRequest(),
                            lambda resp: [info_from(w) for w in resp.worlds])
 
     def get_world(self, name: str) -> WorldInfo:
-        return self._unary(self.stub.GetWorld, pb.GetWorldRequest(name=name), _world)
+        return self._unary(self.stub.GetWorld, pb.GetWorldRequest(name=name), _world, world=name)
 
     # ---- frames and queries -----------------------------------------------------------------
     def step(self, world: str, seq: int = 0, *, timeout: float | None = None, **arrays) -> RemoteDelta:
         """Apply one frame with a unary call (arrays as ``sapcore.World.step`` keywords)."""
         request = pb.ApplyFrameRequest(frame=encode_frame(world, seq, **arrays))
         check_size(request, self.max_message_bytes)
-        return self._unary(self.stub.ApplyFrame, request, lambda resp: delta_from(resp.delta), timeout)
+        return self._unary(self.stub.ApplyFrame, request, lambda resp: delta_from(resp.delta), timeout, world)
 
     def query(self, world: str, region, include_boxes: bool = False):
         """Sorted uint64 ids of the live boxes intersecting region (2*dims floats); with boxes: (ids, boxes)."""
         request = pb.QueryRegionRequest(world=world, region=region_values(region), include_boxes=include_boxes)
-        return self._unary(self.stub.QueryRegion, request, lambda resp: query_result(resp, include_boxes))
+        return self._unary(self.stub.QueryRegion, request, lambda resp: query_result(resp, include_boxes), world=world)
 
     def list_pairs(self, world: str, page_size: int = 0, page_token: str = ""):
         """One page of active pairs: (uint64 [K, 2], next_page_token or "")."""
         request = pb.ListPairsRequest(world=world, page_size=page_size, page_token=page_token)
-        return self._unary(self.stub.ListPairs, request, lambda resp: (pairs_array(resp.pairs), resp.next_page_token))
+        return self._unary(self.stub.ListPairs, request, lambda resp: (pairs_array(resp.pairs), resp.next_page_token),
+                           world=world)
 
 
 def is_cancelled(err: grpc.RpcError) -> bool:
@@ -114,4 +124,4 @@ def is_cancelled(err: grpc.RpcError) -> bool:
 
 
 __all__ = ["Calls", "DEFAULT_ADDRESS", "DEFAULT_MAX_MESSAGE_BYTES", "FrameStats", "channel_options", "frame_answer",
-           "frame_request", "is_cancelled"]
+           "frame_request", "is_cancelled", "WORLD_HEADER", "world_metadata"]

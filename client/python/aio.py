@@ -9,7 +9,7 @@ import numpy as np
 from sapgrid.v1 import sapgrid_service_pb2 as pb, sapgrid_service_pb2_grpc as pb_grpc
 
 from ._calls import (DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Calls, channel_options, check_size, frame_answer, subscribe_request,
-                     frame_request, is_cancelled)
+                     frame_request, is_cancelled, world_metadata)
 from .codec import RemoteDelta, delta_from, join_pairs, pairs_array
 from .errors import from_rpc_error, unavailable
 
@@ -21,7 +21,7 @@ class AsyncFrameStream:
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
         self.world = world
         self.max_message_bytes = max_message_bytes
-        self._call = stub.StreamFrames(timeout=timeout)
+        self._call = stub.StreamFrames(timeout=timeout, metadata=world_metadata(world))
         self._seq = itertools.count(1)
 
     async def send(self, *, world: str | None = None, seq: int | None = None, **arrays) -> int:
@@ -72,9 +72,10 @@ class AsyncClient(Calls):
         self.channel = grpc.aio.insecure_channel(address, options=channel_options(max_message_bytes))
         self.stub = pb_grpc.SapgridServiceStub(self.channel)
 
-    async def _unary(self, method, request, read, timeout=None):
+    async def _unary(self, method, request, read, timeout=None, world=""):
         try:
-            resp = await method(request, timeout=timeout if timeout is not None else self.timeout)
+            resp = await method(request, timeout=timeout if timeout is not None else self.timeout,
+                          metadata=world_metadata(world))
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
         return read(resp)
@@ -85,13 +86,15 @@ class AsyncClient(Calls):
     async def pairs(self, world: str, chunk_size: int = 0) -> np.ndarray:
         try:
             return join_pairs([pairs_array(r.pairs) async for r in self.stub.StreamPairs(
-                pb.StreamPairsRequest(world=world, chunk_size=chunk_size), timeout=self.timeout)])
+                pb.StreamPairsRequest(world=world, chunk_size=chunk_size), timeout=self.timeout,
+                metadata=world_metadata(world))])
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
     async def subscribe(self, world: str, timeout: float | None = None, *, region=None):
         """Async iterator of the world's RemoteDeltas (with region: of its view's changes, as Client.subscribe)."""
-        call = self.stub.Subscribe(subscribe_request(world, region), timeout=timeout)
+        call = self.stub.Subscribe(subscribe_request(world, region), timeout=timeout,
+                                   metadata=world_metadata(world))
         try:
             async for resp in call:
                 yield delta_from(resp.delta)

@@ -10,7 +10,7 @@ import numpy as np
 from sapgrid.v1 import sapgrid_service_pb2 as pb, sapgrid_service_pb2_grpc as pb_grpc
 
 from ._calls import (DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Calls, channel_options, check_size, frame_answer, subscribe_request,
-                     frame_request, is_cancelled)
+                     frame_request, is_cancelled, world_metadata)
 from .codec import RemoteDelta, delta_from, join_pairs, pairs_array
 from .errors import SapgridError, from_rpc_error, unavailable
 
@@ -25,7 +25,8 @@ class FrameStream:
         self.world = world
         self.max_message_bytes = max_message_bytes
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        self._responses = stub.StreamFrames(iter(self._requests.get, _END), timeout=timeout)
+        self._responses = stub.StreamFrames(iter(self._requests.get, _END), timeout=timeout,
+                                            metadata=world_metadata(world))
         self._seq = itertools.count(1)
         self.in_flight = 0
 
@@ -104,9 +105,10 @@ class Client(Calls):
         self.channel = grpc.insecure_channel(address, options=channel_options(max_message_bytes))
         self.stub = pb_grpc.SapgridServiceStub(self.channel)
 
-    def _unary(self, method, request, read, timeout=None):
+    def _unary(self, method, request, read, timeout=None, world=""):
         try:
-            resp = method(request, timeout=timeout if timeout is not None else self.timeout)
+            resp = method(request, timeout=timeout if timeout is not None else self.timeout,
+                          metadata=world_metadata(world))
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
         return read(resp)
@@ -126,7 +128,8 @@ class Client(Calls):
         """All active pairs of one snapshot, uint64 [P, 2] sorted (streamed in chunks)."""
         try:
             return join_pairs([pairs_array(r.pairs) for r in self.stub.StreamPairs(
-                pb.StreamPairsRequest(world=world, chunk_size=chunk_size), timeout=self.timeout)])
+                pb.StreamPairsRequest(world=world, chunk_size=chunk_size), timeout=self.timeout,
+                metadata=world_metadata(world))])
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
@@ -136,7 +139,8 @@ class Client(Calls):
         region (2*dims values, mins then maxs): only the pairs entering (created) and leaving (deleted)
         the view of pairs with an object whose box intersects the region; the first delta carries the
         whole view as created."""
-        return Subscription(self.stub.Subscribe(subscribe_request(world, region), timeout=timeout))
+        return Subscription(self.stub.Subscribe(subscribe_request(world, region), timeout=timeout,
+                                   metadata=world_metadata(world)))
 
     def close(self) -> None:
         self.channel.close()
