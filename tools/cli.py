@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
                    help="address of the viewer's web page (default 127.0.0.1:8080)")
     p.set_defaults(func=_cmd_view)
+
+    from sapgrid.tools import cluster
+
+    cluster.add_parser(sub)
     return ap
 
 
