@@ -129,7 +129,8 @@ class SapgridServiceServicer:
     def StreamFrames(self, request_iterator, context):
         """Apply a stream of frames. The server answers every frame, in order, with one response holding
         its Delta or its FrameError; a rejected frame does not end the stream. Frames of one stream may
-        name different worlds; the answers still come back in the order the frames were sent.
+        name different worlds (unless the stream is bound to one by its `x-sapgrid-world` header); the
+        answers still come back in the order the frames were sent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
