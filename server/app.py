@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -72,8 +73,6 @@ class App:
 
     def start(self) -> None:
         self.server.start()
-        if self.cfg.metrics_port >= 0:
-            self.metrics_port = self.metrics.serve_http(self.cfg.metrics_host, self.cfg.metrics_port)
         for name in ("", *SERVICE_NAMES):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
@@ -99,6 +98,16 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     threads serve only short calls, so a health check is answered however many streams are open
     (admission.py).
     """
+    from sapcore import WorldConfig
+    from sapcore.errors import ConfigError
+
+    default_world = None
+    if cfg.default_world:                       # checked before anything is bound or started
+        try:
+            default_world = WorldConfig(dims=cfg.default_world_dims, bounds=cfg.default_world_bounds,
+                                        cells=cfg.default_world_cells, threads=cfg.engine_threads or None)
+        except ConfigError as exc:
+            raise StartupError(f"--default-world-*: the default world's configuration: {exc}") from None
     metrics = metrics or Metrics()
     registry = Registry(metrics, queue_size=cfg.queue_size, subscriber_limit=cfg.subscriber_queue,
                         max_worlds=cfg.max_worlds, engine_threads=cfg.engine_threads, validate=cfg.validate,
@@ -118,16 +127,54 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                          reflection.SERVICE_NAME), server)
-    port = server.add_insecure_port(cfg.listen)
+    port = 0
+    if _bindable(cfg.listen):                   # else gRPC would log its own error line before failing
+        try:
+            port = server.add_insecure_port(cfg.listen)
+        except RuntimeError:                     # grpcio: "Failed to bind to address ..."
+            port = 0
     if port == 0:
-        raise OSError(f"cannot listen on {cfg.listen}")
+        pool.shutdown(wait=False)
+        raise StartupError(f"--listen {cfg.listen}: cannot listen there (the port is in use, or the address is "
+                           f"not this machine's)")
+    app = App(cfg, server, port, health, registry, metrics, pool)
+    if cfg.metrics_port >= 0:
+        try:
+            app.metrics_port = metrics.serve_http(cfg.metrics_host, cfg.metrics_port)
+        except OSError as exc:
+            server.stop(0)
+            pool.shutdown(wait=False)
+            raise StartupError(f"--metrics-port {cfg.metrics_port} (--metrics-host {cfg.metrics_host}): cannot serve "
+                               f"metrics there ({exc.strerror or exc})") from None
     # In a cluster, the default world is created only by the replica the ring gives it to.
-    if cfg.default_world and (ownership is None or ownership.ring.owner(cfg.default_world) == ownership.self_member):
-        from sapcore import WorldConfig
+    if default_world is not None and (ownership is None or ownership.ring.owner(cfg.default_world)
+                                      == ownership.self_member):
+        registry.create(cfg.default_world, default_world)
+    return app
 
-        registry.create(cfg.default_world, WorldConfig(dims=cfg.default_world_dims, bounds=cfg.default_world_bounds,
-                                                       cells=cfg.default_world_cells, threads=cfg.engine_threads or None))
-    return App(cfg, server, port, health, registry, metrics, pool)
+
+def _bindable(listen: str) -> bool:
+    """Can a listening socket be bound to HOST:PORT now (port 0: always)?"""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        if int(port) == 0:
+            return True
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (ValueError, OSError):
+        return False
+    for family, kind, proto, _, addr in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)     # as gRPC does
+            try:
+                s.bind(addr)
+            except OSError:
+                return False
+    return True
+
+
+class StartupError(Exception):
+    """The server cannot start as configured; the message is one line naming the flag at fault."""
 
 
 def serve(cfg: ServerConfig, ready=None) -> int:
@@ -136,9 +183,9 @@ def serve(cfg: ServerConfig, ready=None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         app = build_server(cfg)
-    except OSError as exc:
-        print(f"sapgrid: {exc}", file=sys.stderr)
-        return 1
+    except StartupError as exc:
+        print(f"sapgrid serve: {exc}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

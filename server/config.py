@@ -59,15 +59,22 @@ class ServerConfig:
     cluster_self: str = ""
 
     def __post_init__(self):
+        def bad(field: str, message: str):
+            exc = ValueError(message)
+            exc.field = field                 # from_args names the flag or variable it came from
+            raise exc
+
         if ":" not in self.listen:
-            raise ValueError(f"listen must be HOST:PORT, got {self.listen!r}")
+            bad("listen", f"must be HOST:PORT, got {self.listen!r}")
+        if not -1 <= self.metrics_port <= 65535:
+            bad("metrics_port", "must be a port (0: a free one, -1: off)")
         if not 2 <= self.worker_threads <= 4096:
-            raise ValueError("worker_threads must be in [2, 4096]")
+            bad("worker_threads", "must be in [2, 4096]")
         if not 4 * 1024 <= self.max_message_bytes <= 2**31 - 1:
-            raise ValueError("max_message_bytes must be in [4 KiB, 2 GiB)")
+            bad("max_message_bytes", "must be in [4 KiB, 2 GiB)")
         for name in ("queue_size", "subscriber_queue", "max_worlds"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
+                bad(name, "must be >= 1")
         object.__setattr__(self, "default_world_bounds", tuple(float(x) for x in self.default_world_bounds))
         object.__setattr__(self, "default_world_cells", tuple(int(x) for x in self.default_world_cells))
         from .cluster import from_config
@@ -126,17 +133,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def from_args(args: argparse.Namespace | None = None, env: dict | None = None, **overrides) -> ServerConfig:
     """Build the config: explicit overrides > flags > SAPGRID_* environment variables > defaults."""
     env = os.environ if env is None else env
-    values = {}
+    values, sources = {}, {}
     for f in fields(ServerConfig):
-        raw = overrides.get(f.name)
+        raw, source = overrides.get(f.name), f.name
         if raw is None and args is not None:
-            raw = getattr(args, f.name, None)
+            raw, source = getattr(args, f.name, None), "--" + f.name.replace("_", "-")
         if raw is None:
-            raw = env.get("SAPGRID_" + f.name.upper())
+            source = "SAPGRID_" + f.name.upper()
+            raw = env.get(source)
         if raw is None:
             continue
         if isinstance(raw, str):
             parse = _TUPLES.get(f.name) or _PARSERS[type(f.default)]
-            raw = parse(raw)
+            try:
+                raw = parse(raw)
+            except ValueError:
+                kind = {int: "an integer", float: "a number"}.get(type(f.default), "a comma-separated list")
+                raise ValueError(f"{source}={raw[:80]!r}: not {kind}") from None
         values[f.name] = raw
-    return ServerConfig(**values)
+        sources[f.name] = source
+    try:
+        return ServerConfig(**values)
+    except ValueError as exc:
+        field = getattr(exc, "field", "")
+        raise ValueError(f"{sources.get(field, field)}: {exc}" if field in sources else str(exc)) from None

@@ -4,8 +4,10 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -131,7 +133,7 @@ def test_cli_worlds_commands(server, capsys):
 def test_cli_demo_runs_against_a_server(server, capsys):
     assert cli.main(["demo", "--server", server.address, "--ticks", "5", "--objects", "300"]) == 0
     out = capsys.readouterr().out
-    assert "tick      5" in out and "done: 5 ticks" in out
+    assert "final: tick 5 |" in out and "done: 5 ticks" in out
     with Client(server.address) as c:
         assert not [w for w in c.list_worlds() if w.name.startswith("demo-")]
 
@@ -158,3 +160,20 @@ def test_metrics_a_new_world_and_the_build(server, client, world_name):
     edges = {float(le) for le in re.findall(r'sapgrid_frame_duration_seconds_bucket\{[^}]*le="([0-9.e+-]+)"', text)}
     assert len([e for e in edges if 0.001 <= e <= 0.0025]) >= 3       # 1, 1.5, 2 ms (and not one 1-2.5 ms bucket)
     client.delete_world(world_name)
+
+
+def test_demo_status_fits_the_terminal_and_a_wrong_port_fails_fast():
+    from sapgrid.tools import demo
+
+    for width in (40, 80, 200):
+        line = demo._status(123456, 849.3, (20000, 19876, 1234, 1200), [1.03, 1.5], [0.7], width=width)
+        assert len(line) < width and line.startswith("tick 123456")
+    assert "engine" in demo._status(1, 1.0, (1, 1, 1, 1), [1.0], [1.0], width=200)
+    with socket.socket() as s:                                       # a port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "sapgrid.tools.cli", "demo", "--server", f"127.0.0.1:{port}",
+                           "--connect-timeout", "2"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and time.monotonic() - t0 < 20
+    assert "not reachable" in proc.stderr and "--spawn-server" in proc.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from collections import deque
@@ -29,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ticks", type=int, default=0, help="stop after N ticks (default 0: until Ctrl-C)")
     parser.add_argument("--fps", type=float, default=0.0, help="limit ticks per second (default 0: as fast as it goes)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--connect-timeout", type=float, default=5.0,
+                        help="seconds to wait for the server to answer (default 5)")
 
 
 class Sim:
@@ -60,12 +63,18 @@ class Sim:
         return self.boxes()
 
 
-def _status(tick, rate, info, rtt_ms, engine_ms) -> str:
+def _status(tick, rate, info, rtt_ms, engine_ms, width: int | None = None) -> str:
+    """One status line, at most ``width`` characters (default: the terminal's width): the least
+    important fields are left out first (engine time, then the round trip's p99, then the counts)."""
+    width = width or shutil.get_terminal_size((100, 24)).columns
     p50 = np.percentile(rtt_ms, 50) if rtt_ms else 0.0
     p99 = np.percentile(rtt_ms, 99) if rtt_ms else 0.0
     eng = np.percentile(engine_ms, 50) if engine_ms else 0.0
-    return (f"tick {tick:>6} | {rate:7.1f} ticks/s | objects {info[0]:>7} | pairs {info[1]:>7} "
-            f"(+{info[2]} -{info[3]}) | round trip p50 {p50:6.2f} ms p99 {p99:6.2f} ms | engine {eng:6.2f} ms")
+    fields = [f"tick {tick}", f"{rate:.0f} ticks/s", f"rtt p50 {p50:.2f} ms", f"pairs {info[1]} (+{info[2]} -{info[3]})",
+              f"p99 {p99:.2f} ms", f"objects {info[0]}", f"engine {eng:.2f} ms"]
+    while len(fields) > 1 and len(" | ".join(fields)) > width - 1:
+        fields.pop()
+    return " | ".join(fields)[:width - 1]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,10 +101,11 @@ def _demo(args, address: str) -> int:
     tty = sys.stdout.isatty()
     with Client(address) as client:
         try:
-            client.wait_ready(30.0)
+            client.wait_ready(args.connect_timeout)
             client.create_world(name, dims=2, bounds=sim.bounds, expected_objects=args.objects)
         except SapgridError as exc:
-            print(f"sapgrid demo: {exc}", file=sys.stderr)
+            hint = " (start one with `sapgrid serve`, or use --spawn-server)" if exc.code.name == "UNAVAILABLE" else ""
+            print(f"sapgrid demo: {exc}{hint}", file=sys.stderr)
             return 1
         print(f"world {name!r}: {args.objects} moving boxes in a {sim.side:.0f} x {sim.side:.0f} square; "
               f"{'Ctrl-C to stop' if not args.ticks else f'{args.ticks} ticks'}", flush=True)
@@ -139,7 +149,8 @@ def _demo(args, address: str) -> int:
         finally:
             elapsed = time.perf_counter() - t_start if tick else 0.0
             if tick:
-                print(("\r" if tty else "") + _status(tick, tick / max(elapsed, 1e-9), info, rtt_ms, engine_ms))
+                print(("\r" if tty else "") + "final: " + _status(tick, tick / max(elapsed, 1e-9), info, rtt_ms,
+                                                                   engine_ms, width=200))
             try:
                 if args.world is None:
                     client.delete_world(name)
