@@ -1,6 +1,7 @@
 """The real HAProxy (from the project's setup) in front of replicas on loopback: every call reaches the
 replica the ring gives its world to (HAProxy's crc32 bucket equals ours), streams stick to it, and a
 down replica makes only its own worlds UNAVAILABLE."""
+import io
 import os
 import shutil
 import socket
@@ -13,7 +14,7 @@ import pytest
 from sapgrid.server import cluster
 from sapgrid.server.app import build_server
 from sapgrid.server.config import ServerConfig
-from sapgrid.tools.cluster import write_proxy_config
+from sapgrid.tools.cluster import status, write_proxy_config
 
 HAPROXY = shutil.which("haproxy") or (os.path.exists("/usr/sbin/haproxy") and "/usr/sbin/haproxy")
 if not HAPROXY and os.environ.get("CI") != "true":
@@ -80,6 +81,12 @@ def test_worlds_land_on_their_owner_through_haproxy(cluster2):
             held = sorted(w.name for w in app.registry.list())
             assert held == sorted(n for n in names if ring.owner(n) == m)
         assert {ring.owner(n) for n in names} == set(members)
+        out = io.StringIO()
+        assert status(members, out) == 0
+        text = out.getvalue()
+        for m in members:
+            mine = [n for n in names if ring.owner(n) == m]
+            assert f"{m}  up  worlds={len(mine)} objects={2 * len(mine)}" in text, text
         # one replica down: its worlds are UNAVAILABLE, the other's go on (no fail-over)
         apps[1].stop(0)
         for n in names:
@@ -88,3 +95,6 @@ def test_worlds_land_on_their_owner_through_haproxy(cluster2):
                     c.step(n, remove_ids=ids)
             else:
                 assert len(c.step(n, remove_ids=ids).deleted) == 1
+    out = io.StringIO()
+    assert status(members, out) == 1
+    assert f"{members[1]}  DOWN" in out.getvalue() and f"{members[0]}  up" in out.getvalue()
