@@ -75,6 +75,10 @@ def _cmd_replay(args) -> int:
 
 
 def _cmd_bench(args) -> int:
+    if args.proxy:
+        from sapgrid.tools import bench_cluster
+
+        return bench_cluster.main(["--objects", str(args.proxy_objects), "--frames", str(args.proxy_frames)])
     from sapgrid.tools import bench
 
     return bench.run(args)
@@ -135,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     from sapgrid.tools import bench_worlds
 
     bench_worlds.add_arguments(p)
+    p.add_argument("--proxy", action="store_true",
+                   help="the cluster proxy's added round trip: a replica direct vs through HAProxy")
+    p.add_argument("--proxy-objects", type=int, default=10_000, help="objects per frame for --proxy (default 10000)")
+    p.add_argument("--proxy-frames", type=int, default=200, help="frames per run for --proxy (default 200)")
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("view", help="live web viewer of a server's worlds (boxes, pairs, stats)")
