@@ -124,5 +124,5 @@ def test_deployed_proxy_configs_are_the_generated_ones(tmp_path, where, members)
     write_proxy_config(members, ":8443", tmp_path, "/usr/local/etc/haproxy/buckets.map")
     for name in ("haproxy.cfg", "buckets.map"):
         assert (root / "proxy" / where / name).read_text() == (tmp_path / name).read_text(), name
-    replicas = (root / ("compose.cluster.yaml" if where == "compose" else "k8s/proxy-replicas.yaml")).read_text()
+    replicas = (root / ("compose.cluster.yaml" if where == "compose" else "k8s/cluster/proxy-replicas.yaml")).read_text()
     assert members in replicas
