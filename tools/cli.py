@@ -83,6 +83,9 @@ def _cmd_bench(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="sapgrid", description="sapgrid: a networked broadphase service",
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    from sapgrid import __version__
+
+    ap.add_argument("--version", action="version", version=f"sapgrid {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("serve", help="run a sapgrid server (flags override SAPGRID_* environment variables)")
