@@ -36,3 +36,20 @@ def test_cli_reports_the_version():
     out = subprocess.run([sys.executable, "-m", "sapgrid.tools.cli", "--version"], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == f"sapgrid {__version__}"
+
+
+def test_proto_archive_holds_the_contract_and_google_rpc(tmp_path):
+    import tarfile
+
+    from sapgrid import __version__
+
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "proto_archive.py"), "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    archive = tmp_path / f"sapgrid-proto-{__version__}.tar.gz"
+    names = set(tarfile.open(archive).getnames())
+    prefix = f"sapgrid-proto-{__version__}/"
+    for proto in PROTOS:
+        assert prefix + f"sapgrid/v1/{proto}" in names
+    for proto in ("status", "error_details", "code"):
+        assert prefix + f"google/rpc/{proto}.proto" in names
