@@ -121,15 +121,23 @@ def from_args(args: argparse.Namespace | None = None, env: dict | None = None, *
     env = os.environ if env is None else env
     values = {}
     for f in fields(ServerConfig):
+        source = f.name
         raw = overrides.get(f.name)
         if raw is None and args is not None:
-            raw = getattr(args, f.name, None)
+            raw, source = getattr(args, f.name, None), "--" + f.name.replace("_", "-")
         if raw is None:
-            raw = env.get("SAPGRID_" + f.name.upper())
+            source = "SAPGRID_" + f.name.upper()
+            raw = env.get(source)
         if raw is None:
             continue
         if isinstance(raw, str):
             parse = _TUPLES.get(f.name) or _PARSERS[type(f.default)]
-            raw = parse(raw)
+            try:
+                raw = parse(raw)
+            except ValueError:
+                kind = "numbers" if f.name in _TUPLES else type(f.default).__name__
+                raise ValueError(f"{source}={raw!r}: expected {'an ' if kind == 'int' else 'a '}{kind}"
+                                 if kind != "numbers" else f"{source}={raw!r}: expected comma-separated numbers"
+                                 ) from None
         values[f.name] = raw
     return ServerConfig(**values)
