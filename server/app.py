@@ -98,6 +98,13 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     threads serve only short calls, so a health check is answered however many streams are open
     (admission.py).
     """
+    world = None
+    if cfg.default_world:
+        from sapcore import WorldConfig
+
+        # checked before anything is started: a bad default world leaves nothing half-started
+        world = WorldConfig(dims=cfg.default_world_dims, bounds=cfg.default_world_bounds,
+                            cells=cfg.default_world_cells, threads=cfg.engine_threads or None)
     metrics = metrics or Metrics()
     registry = Registry(metrics, queue_size=cfg.queue_size, subscriber_limit=cfg.subscriber_queue,
                         max_worlds=cfg.max_worlds, engine_threads=cfg.engine_threads, validate=cfg.validate,
@@ -119,11 +126,8 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     port = server.add_insecure_port(cfg.listen)
     if port == 0:
         raise OSError(f"cannot listen on {cfg.listen}")
-    if cfg.default_world:
-        from sapcore import WorldConfig
-
-        registry.create(cfg.default_world, WorldConfig(dims=cfg.default_world_dims, bounds=cfg.default_world_bounds,
-                                                       cells=cfg.default_world_cells, threads=cfg.engine_threads or None))
+    if world is not None:
+        registry.create(cfg.default_world, world)
     return App(cfg, server, port, health, registry, metrics, pool)
 
 
@@ -131,11 +135,13 @@ def serve(cfg: ServerConfig, ready=None) -> int:
     """Run a server in the foreground until SIGTERM/SIGINT, then stop gracefully. ``ready(app)`` is
     called once serving."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from sapcore.errors import ConfigError
+
     try:
         app = build_server(cfg)
-    except OSError as exc:
-        print(f"sapgrid: {exc}", file=sys.stderr)
-        return 1
+    except (OSError, RuntimeError, ConfigError) as exc:  # grpc reports a busy port as RuntimeError
+        print(f"sapgrid serve: {exc}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

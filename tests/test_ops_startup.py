@@ -23,3 +23,20 @@ def test_bad_value_names_its_flag_or_variable(flags, env, named):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and named in lines[0], out.stderr
     assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_bad_default_world_and_busy_port_are_one_line():
+    import socket
+
+    out = _serve("--default-world-cells", "8")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "cells" in out.stderr and "Traceback" not in out.stderr
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        full = dict(os.environ)
+        out = subprocess.run([sys.executable, "-m", "sapgrid.tools.cli", "serve", "--listen", f"127.0.0.1:{port}",
+                              "--metrics-port", "-1"], capture_output=True, text=True, timeout=60, env=full)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and str(port) in out.stderr.strip().splitlines()[-1], out.stderr
