@@ -145,7 +145,12 @@ def serve(cfg: ServerConfig, ready=None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    app.start()
+    try:
+        app.start()
+    except OSError as exc:  # the metrics port is busy: tear the started gRPC server down again
+        app.stop(0)
+        print(f"sapgrid serve: --metrics-port {cfg.metrics_port}: {exc}", file=sys.stderr)
+        return 2
     metrics = f"http://{cfg.metrics_host}:{app.metrics_port}/metrics" if app.metrics_port >= 0 else "off"
     print(f"sapgrid: listening on {app.address} (metrics {metrics}; worlds: "
           f"{', '.join(r.name for r in app.registry.list()) or 'none'})", flush=True)

@@ -40,3 +40,17 @@ def test_bad_default_world_and_busy_port_are_one_line():
                               "--metrics-port", "-1"], capture_output=True, text=True, timeout=60, env=full)
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr and str(port) in out.stderr.strip().splitlines()[-1], out.stderr
+
+
+def test_busy_metrics_port_is_one_line_and_nothing_left_serving():
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "sapgrid.tools.cli", "serve", "--listen", "127.0.0.1:0",
+                              "--metrics-port", str(port)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and f"--metrics-port {port}" in out.stderr, out.stderr
+    assert "listening on" not in out.stdout
