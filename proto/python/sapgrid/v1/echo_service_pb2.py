@@ -24,13 +24,14 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dsapgrid/v1/echo_service.proto\x12\nsapgrid.v1\"3\n\x0b\x45\x63hoRequest\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\x12\x13\n\x0breply_bytes\x18\x02 \x01(\r\"\x1f\n\x0c\x45\x63hoResponse\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\"9\n\x11\x45\x63hoStreamRequest\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\x12\x13\n\x0breply_bytes\x18\x02 \x01(\r\"%\n\x12\x45\x63hoStreamResponse\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\x32\x99\x01\n\x0b\x45\x63hoService\x12\x39\n\x04\x45\x63ho\x12\x17.sapgrid.v1.EchoRequest\x1a\x18.sapgrid.v1.EchoResponse\x12O\n\nEchoStream\x12\x1d.sapgrid.v1.EchoStreamRequest\x1a\x1e.sapgrid.v1.EchoStreamResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dsapgrid/v1/echo_service.proto\x12\nsapgrid.v1\"3\n\x0b\x45\x63hoRequest\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\x12\x13\n\x0breply_bytes\x18\x02 \x01(\r\"\x1f\n\x0c\x45\x63hoResponse\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\"9\n\x11\x45\x63hoStreamRequest\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\x12\x13\n\x0breply_bytes\x18\x02 \x01(\r\"%\n\x12\x45\x63hoStreamResponse\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\x32\x99\x01\n\x0b\x45\x63hoService\x12\x39\n\x04\x45\x63ho\x12\x17.sapgrid.v1.EchoRequest\x1a\x18.sapgrid.v1.EchoResponse\x12O\n\nEchoStream\x12\x1d.sapgrid.v1.EchoStreamRequest\x1a\x1e.sapgrid.v1.EchoStreamResponse(\x01\x30\x01\x42V\n\x0e\x64\x65v.sapgrid.v1B\x10\x45\x63hoServiceProtoP\x01Z#sapgrid/gen/go/sapgrid/v1;sapgridv1\xaa\x02\nSapgrid.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sapgrid.v1.echo_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'\n\016dev.sapgrid.v1B\020EchoServiceProtoP\001Z#sapgrid/gen/go/sapgrid/v1;sapgridv1\252\002\nSapgrid.V1'
   _globals['_ECHOREQUEST']._serialized_start=45
   _globals['_ECHOREQUEST']._serialized_end=96
   _globals['_ECHORESPONSE']._serialized_start=98
