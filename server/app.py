@@ -33,10 +33,8 @@ from .servicer import EchoServicer, SapgridServicer, add_to_server
 
 log = logging.getLogger("sapgrid.server")
 
-SERVICE_NAMES = (
-    sapgrid_service_pb2.DESCRIPTOR.services_by_name["SapgridService"].full_name,
-    echo_service_pb2.DESCRIPTOR.services_by_name["EchoService"].full_name,
-)
+SAPGRID_SERVICE = sapgrid_service_pb2.DESCRIPTOR.services_by_name["SapgridService"].full_name
+ECHO_SERVICE = echo_service_pb2.DESCRIPTOR.services_by_name["EchoService"].full_name
 
 
 def grpc_options(cfg: ServerConfig) -> list[tuple[str, int]]:
@@ -71,9 +69,14 @@ class App:
     def address(self) -> str:
         return f"{self.cfg.listen.rsplit(':', 1)[0]}:{self.port}"
 
+    @property
+    def services(self) -> tuple[str, ...]:
+        """The services this server offers (the EchoService only with --echo)."""
+        return (SAPGRID_SERVICE, ECHO_SERVICE) if self.cfg.echo else (SAPGRID_SERVICE,)
+
     def start(self) -> None:
         self.server.start()
-        for name in ("", *SERVICE_NAMES):
+        for name in ("", *self.services):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     def stop(self, grace: float | None = None) -> None:
@@ -122,10 +125,12 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
                          maximum_concurrent_rpcs=threads + 4 * RESERVED_THREADS)
     ownership = cluster.from_config(cfg.cluster_members, cfg.cluster_self)
     add_to_server(SapgridServicer(registry, metrics, ownership), server)
-    echo_service_pb2_grpc.add_EchoServiceServicer_to_server(EchoServicer(), server)
+    if cfg.echo:
+        echo_service_pb2_grpc.add_EchoServiceServicer_to_server(EchoServicer(cfg.max_message_bytes), server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    reflection.enable_server_reflection((*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+    services = (SAPGRID_SERVICE, ECHO_SERVICE) if cfg.echo else (SAPGRID_SERVICE,)
+    reflection.enable_server_reflection((*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                          reflection.SERVICE_NAME), server)
     port = 0
     if _bindable(cfg.listen):                   # else gRPC would log its own error line before failing

@@ -37,6 +37,7 @@ class ServerConfig:
     grace_seconds : how long a graceful shutdown waits for in-flight calls and queued frames.
     keepalive_seconds : server keepalive ping interval (fit for long streams behind load balancers).
     validate : call World.validate() after every frame (slow; for debugging).
+    echo : serve the bench-only EchoService (off by default; replies bounded by max_message_bytes).
     """
 
     listen: str = DEFAULT_ADDRESS
@@ -55,6 +56,7 @@ class ServerConfig:
     grace_seconds: float = 10.0
     keepalive_seconds: float = 30.0
     validate: bool = False
+    echo: bool = False
     cluster_members: str = ""
     cluster_self: str = ""
 
@@ -114,6 +116,8 @@ _HELP = {
     "grace_seconds": "graceful shutdown: wait this long for in-flight calls (default 10)",
     "keepalive_seconds": "server keepalive ping interval (default 30)",
     "validate": "validate the world's invariants after every frame (slow)",
+    "echo": "also serve the bench-only EchoService (the transport baseline of `sapgrid bench --server`); off by "
+            "default, and its replies are bounded by --max-message-bytes",
     "cluster_members": "the cluster's replicas HOST:PORT,HOST:PORT,... (the proxy's ring); worlds the ring "
                        "gives to another replica are refused (default: not in a cluster)",
     "cluster_self": "this replica's HOST:PORT in --cluster-members",

@@ -63,7 +63,12 @@ class FrameView:
     update_boxes: memoryview = _EMPTY
 
 
+_U64 = (1 << 64) - 1
+_MAX_FIELD = (1 << 29) - 1
+
+
 def _varint(buf: memoryview, i: int) -> tuple[int, int]:
+    """A varint of at most 10 bytes, its bits past the 64th dropped (as protobuf reads a uint64)."""
     result = shift = 0
     n = len(buf)
     while True:
@@ -73,7 +78,7 @@ def _varint(buf: memoryview, i: int) -> tuple[int, int]:
         i += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
-            return result, i
+            return result & _U64, i
         shift += 7
 
 
@@ -83,6 +88,8 @@ def _fields(buf: memoryview):
     while i < n:
         key, i = _varint(buf, i)
         number, wt = key >> 3, key & 7
+        if not 1 <= number <= _MAX_FIELD:
+            raise _Fallback                   # protobuf refuses field number 0 (and beyond 2**29 - 1)
         if wt == _VARINT:
             value, i = _varint(buf, i)
         elif wt == _LEN:

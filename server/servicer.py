@@ -16,7 +16,7 @@ from sapgrid.v1 import sapgrid_service_pb2 as pb
 from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
 
 from . import cluster, protocol
-from .errors import Cancelled, WorldNotFound, abort, frame_error
+from .errors import Cancelled, InvalidInput, WorldNotFound, abort, frame_error
 from .metrics import Metrics
 from .registry import Caller, Registry
 
@@ -196,15 +196,23 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
 
 
 class EchoServicer(echo_grpc.EchoServiceServicer):
-    """Bench-only transport baseline: answers the payload (or reply_bytes zero bytes)."""
+    """Bench-only transport baseline (served only with --echo): answers the payload, or reply_bytes zero
+    bytes, at most ``limit`` of them (the server's message limit): a larger ask is INVALID_ARGUMENT."""
 
-    @staticmethod
-    def _reply(payload: bytes, reply_bytes: int) -> bytes:
+    def __init__(self, limit: int):
+        self.limit = limit
+
+    def _reply(self, payload: bytes, reply_bytes: int) -> bytes:
+        if reply_bytes > self.limit:
+            raise InvalidInput(f"reply_bytes: {reply_bytes} is more than the message limit of {self.limit} bytes",
+                               "reply_bytes")
         return bytes(reply_bytes) if reply_bytes else payload
 
+    @_unary
     def Echo(self, request, context):
         return echo_pb.EchoResponse(payload=self._reply(request.payload, request.reply_bytes))
 
+    @_streaming
     def EchoStream(self, request_iterator, context):
         for request in request_iterator:
             yield echo_pb.EchoStreamResponse(payload=self._reply(request.payload, request.reply_bytes))

@@ -4,8 +4,12 @@ from __future__ import annotations
 import grpc
 import numpy as np
 import pytest
+from google.protobuf.message import DecodeError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sapgrid.client.codec import encode_frame
+from sapgrid.server.errors import InvalidInput
 from sapgrid.server.protocol import FrameView, read_frame, varint_field, wrap
 from sapgrid.v1 import frame_pb2, sapgrid_service_pb2 as pb
 
@@ -70,3 +74,84 @@ def test_malformed_request_bytes_are_invalid_argument(server, garbage):
             call(garbage, timeout=30)
     assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "frame" in ei.value.details()
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, value = value & 0x7F, value >> 7
+        out.append(b | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+_PIECES = st.one_of(
+    st.binary(max_size=12),                                            # random bytes
+    st.builds(lambda v: b"\x10" + _varint(v), st.integers(0, 2**80)),  # seq, also past 64 bits
+    st.just(b"\x10" + b"\xff" * 9 + b"\x7f"),                        # a 10-byte seq over 2**64
+    st.just(b"\x10" + b"\xff" * 10 + b"\x01"),                       # an 11-byte varint (corrupt)
+    st.builds(lambda n: _varint(n << 3 | 2) + b"\x01x", st.integers(0, 2**32)),   # any field number
+    st.just(b"\x00\x01"), st.just(b"\x02\x00"),                       # field number 0
+    st.builds(lambda f, b: _varint(f << 3 | 2) + _varint(len(b)) + b, st.sampled_from([1, 3, 4, 5, 9, 10]),
+              st.binary(max_size=24)),                                # bytes fields, world
+    st.builds(lambda wt: bytes([0x18 | wt]), st.integers(0, 7)),       # every wire type
+)
+
+
+@settings(max_examples=600, deadline=None, derandomize=True, database=None)
+@given(inner=st.lists(_PIECES, max_size=5).map(b"".join), wrapped=st.booleans())
+def test_the_reader_refuses_and_reads_exactly_what_protobuf_does(inner, wrapped):
+    """Whatever parses the wire refuses exactly what protobuf refuses, and reads what it reads."""
+    raw = (b"\x0a" + _varint(len(inner)) + inner) if wrapped else inner
+    try:
+        want = pb.StreamFramesRequest.FromString(raw).frame
+    except DecodeError:
+        want = None
+    try:
+        got = read_frame(raw)
+    except InvalidInput:
+        got = None
+    assert (got is None) == (want is None)
+    if want is not None:
+        _same(got, want)
+        assert got.seq < 2**64
+
+
+def test_hostile_frames_over_the_wire_change_nothing_or_follow_protobuf(server, client, world_name):
+    """A frame holding field number 0 is refused INVALID_ARGUMENT and applies nothing; a 10-byte seq
+    past 2**64 is read as protobuf reads it (its low 64 bits), applied once and answered."""
+    client.create_world(world_name, dims=2, bounds=(0, 0, 10, 10), cells=(2, 2))
+    apply = grpc.insecure_channel(server.address).unary_unary(
+        "/sapgrid.v1.SapgridService/ApplyFrame", request_serializer=None, response_deserializer=None)
+    frame = encode_frame(world_name, 0, add_ids=[1, 2], add_boxes=[[0, 0, 1, 1], [1, 1, 2, 2]]).SerializeToString()
+    for inner in (frame + b"\x00\x01", b"\x02\x00" + frame):
+        with pytest.raises(grpc.RpcError) as ei:
+            apply(b"\x0a" + _varint(len(inner)) + inner, timeout=30)
+        assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    info = client.get_world(world_name)
+    assert info.objects == 0 and info.frames == 0
+    inner = frame + b"\x10" + b"\xff" * 9 + b"\x7f"
+    delta = pb.ApplyFrameResponse.FromString(apply(b"\x0a" + _varint(len(inner)) + inner, timeout=30)).delta
+    assert delta.seq == 2**64 - 1 and np.frombuffer(delta.created, "<u8").tolist() == [1, 2]
+    assert client.get_world(world_name).frames == 1
+
+
+def test_the_echo_service_is_off_by_default_and_bounded_when_on(server, make_server):
+    from sapgrid.v1 import echo_service_pb2 as echo_pb, echo_service_pb2_grpc as echo_grpc
+
+    with grpc.insecure_channel(server.address) as ch:
+        with pytest.raises(grpc.RpcError) as ei:
+            echo_grpc.EchoServiceStub(ch).Echo(echo_pb.EchoRequest(payload=b"x"), timeout=10)
+        assert ei.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    srv = make_server(echo=True, max_message_bytes=1 << 20)
+    with grpc.insecure_channel(srv.address) as ch:
+        stub = echo_grpc.EchoServiceStub(ch)
+        assert stub.Echo(echo_pb.EchoRequest(payload=b"abc"), timeout=10).payload == b"abc"
+        assert len(stub.Echo(echo_pb.EchoRequest(reply_bytes=1000), timeout=10).payload) == 1000
+        for ask in (2**20 + 1, 2**30, 2**32 - 1):
+            with pytest.raises(grpc.RpcError) as ei:
+                stub.Echo(echo_pb.EchoRequest(reply_bytes=ask), timeout=10)
+            assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "reply_bytes" in ei.value.details()
+        with pytest.raises(grpc.RpcError) as ei:
+            list(stub.EchoStream(iter([echo_pb.EchoStreamRequest(reply_bytes=2**31)]), timeout=10))
+        assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     if address == "spawn":
         from sapgrid.tools.spawn import SpawnedServer
 
-        spawned = SpawnedServer("--default-world", "")
+        spawned = SpawnedServer("--default-world", "", "--echo")
         address = spawned.address
     try:
         with Client(address, timeout=600) as client:

@@ -225,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
     if address == "spawn":
         from sapgrid.tools.spawn import SpawnedServer
 
-        spawned = SpawnedServer("--default-world", "", "--max-worlds", str(max(256, args.worlds + 8)),
+        spawned = SpawnedServer("--default-world", "", "--echo", "--max-worlds", str(max(256, args.worlds + 8)),
                                 "--metrics-port", "-1")
         address, pid = spawned.address, spawned.proc.pid
     try:
