@@ -9,6 +9,7 @@ import time
 
 import grpc
 from google.protobuf import message_factory
+from google.protobuf.message import DecodeError
 
 from sapgrid.v1 import echo_service_pb2 as echo_pb
 from sapgrid.v1 import echo_service_pb2_grpc as echo_grpc
@@ -43,9 +44,38 @@ def _streaming(method):
     return call
 
 
+def _parsed(method, request_class, streaming: bool):
+    """A method whose request arrives as bytes and is parsed here: bytes that are not a valid message are
+    INVALID_ARGUMENT (a deserializer registered with gRPC would make them INTERNAL, with a traceback)."""
+    def parse(raw: bytes):
+        try:
+            return request_class.FromString(raw)
+        except DecodeError as exc:
+            raise InvalidInput(f"request: not a valid {request_class.DESCRIPTOR.name} ({exc})", "request") from None
+
+    if streaming:
+        @functools.wraps(method)
+        def call(raw, context):
+            try:
+                request = parse(raw)
+            except InvalidInput as exc:
+                abort(context, exc)
+            yield from method(request, context)
+    else:
+        @functools.wraps(method)
+        def call(raw, context):
+            try:
+                request = parse(raw)
+            except InvalidInput as exc:
+                abort(context, exc)
+            return method(request, context)
+    return call
+
+
 def add_to_server(servicer: "SapgridServicer", server) -> None:
-    """Register SapgridService: protobuf (de)serializers from the descriptors, except raw bytes for the
-    hot frame methods (ApplyFrame, StreamFrames requests and responses; Subscribe responses)."""
+    """Register SapgridService: requests arrive as bytes (the hot frame methods read them zero-copy, the
+    others parse them in ``_parsed``); protobuf serializers from the descriptors for the responses,
+    except raw bytes for the hot ones (ApplyFrame, StreamFrames, Subscribe)."""
     raw_request = {"ApplyFrame", "StreamFrames"}
     raw_response = {"ApplyFrame", "StreamFrames", "Subscribe"}
     make = {(False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
@@ -55,9 +85,11 @@ def add_to_server(servicer: "SapgridServicer", server) -> None:
     for m in service.methods:
         request = message_factory.GetMessageClass(m.input_type)
         response = message_factory.GetMessageClass(m.output_type)
+        method = getattr(servicer, m.name)
+        if m.name not in raw_request:
+            method = _parsed(method, request, m.server_streaming)
         handlers[m.name] = make[m.client_streaming, m.server_streaming](
-            getattr(servicer, m.name),
-            request_deserializer=None if m.name in raw_request else request.FromString,
+            method, request_deserializer=None,
             response_serializer=None if m.name in raw_response else response.SerializeToString)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
     server.add_registered_method_handlers(service.full_name, handlers)

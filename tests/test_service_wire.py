@@ -155,3 +155,17 @@ def test_the_echo_service_is_off_by_default_and_bounded_when_on(server, make_ser
         with pytest.raises(grpc.RpcError) as ei:
             list(stub.EchoStream(iter([echo_pb.EchoStreamRequest(reply_bytes=2**31)]), timeout=10))
         assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("method, streaming", [
+    ("CreateWorld", False), ("DeleteWorld", False), ("ListWorlds", False), ("GetWorld", False),
+    ("QueryRegion", False), ("ListPairs", False), ("StreamPairs", True), ("Subscribe", True)])
+def test_undecodable_requests_to_every_other_method_are_invalid_argument(server, method, streaming):
+    with grpc.insecure_channel(server.address) as ch:
+        kind = ch.unary_stream if streaming else ch.unary_unary
+        call = kind(f"/sapgrid.v1.SapgridService/{method}", request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as ei:
+            r = call(b"\x0a\xff\xff\xff\xff\x0f", timeout=10)           # a length far past the end
+            list(r) if streaming else r
+        assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, ei.value.details()
+        assert "not a valid" in ei.value.details()
