@@ -37,7 +37,13 @@ class WorldNotFound(ServiceError):
     code = grpc.StatusCode.NOT_FOUND
 
     def __init__(self, name: str, field: str = "world"):
-        super().__init__(f"world {name!r} not found", field=field)
+        super().__init__(f"world {short(name)} not found", field=field)
+
+
+def short(value: str, limit: int = 64) -> str:
+    """A client's string for a message: quoted, cut to ``limit`` characters (a 10k-character name must
+    not make the status exceed gRPC's metadata limit)."""
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
 
 
 class WorldExists(ServiceError):

@@ -17,7 +17,7 @@ from sapgrid.v1 import sapgrid_service_pb2 as pb
 from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
 
 from . import cluster, protocol
-from .errors import Cancelled, InvalidInput, WorldNotFound, abort, frame_error
+from .errors import Cancelled, InvalidInput, WorldNotFound, abort, frame_error, short
 from .metrics import Metrics
 from .registry import Caller, Registry
 
@@ -223,8 +223,10 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
             runner.unsubscribe(sub)
         if sub.dropped:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"subscriber of world {request.world!r} fell more than "
+                          f"subscriber of world {short(request.world)} fell more than "
                           f"{sub.limit} deltas behind and was dropped")
+        if runner.deleted:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"world {short(request.world)} was deleted")
 
 
 class EchoServicer(echo_grpc.EchoServiceServicer):

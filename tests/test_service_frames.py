@@ -206,13 +206,23 @@ def test_subscribe_sees_every_delta(client, world_name, rng):
     client.delete_world(world_name)
 
 
-def test_subscribe_ends_when_world_deleted(client, world_name):
+def test_subscribe_ends_with_not_found_when_the_world_is_deleted(client, world_name):
     client.create_world(world_name, CFG2)
     sub = client.subscribe(world_name, timeout=60)
     while client.get_world(world_name).subscribers < 1:
         pass
     client.delete_world(world_name)
-    assert list(sub) == []
+    with pytest.raises(NotFound, match="was deleted"):
+        list(sub)
+
+
+def test_a_long_unknown_name_gets_a_short_not_found(client):
+    name = "x" * 10_000
+    for call in (lambda: client.get_world(name), lambda: client.step(name, 1, remove_ids=[1]),
+                 lambda: client.pairs(name)):
+        with pytest.raises(NotFound) as ei:
+            call()
+        assert len(ei.value.message) < 200 and "10000 characters" in ei.value.message
 
 
 def test_subscribe_unknown_world(client):

@@ -5,6 +5,8 @@ request, read, timeout)``; the methods below return what it returns (a value, or
 """
 from __future__ import annotations
 
+import re
+
 import grpc
 
 from sapgrid import DEFAULT_ADDRESS
@@ -43,10 +45,15 @@ def check_size(request, limit: int) -> None:
 WORLD_HEADER = "x-sapgrid-world"
 
 
+_WORLD_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+
 def world_metadata(world: str):
     """The call's gRPC metadata: the world it names in ``x-sapgrid-world`` (the cluster proxy routes by
-    it; a frame stream opened with a world is bound to it). None for a call that names no world."""
-    return ((WORLD_HEADER, world),) if world else None
+    it; a frame stream opened with a world is bound to it). None for a call that names no world, or a
+    name no world can have (the server answers that call with its own error; such a name in a header
+    could exceed gRPC's metadata limit)."""
+    return ((WORLD_HEADER, world),) if world and _WORLD_NAME.fullmatch(world) else None
 
 
 def frame_request(world: str, seq: int, arrays: dict) -> pb.StreamFramesRequest:
