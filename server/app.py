@@ -113,6 +113,7 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
             raise StartupError(f"--default-world-*: the default world's configuration: {exc}") from None
     metrics = metrics or Metrics()
     registry = Registry(metrics, queue_size=cfg.queue_size, subscriber_limit=cfg.subscriber_queue,
+                        subscriber_bytes=cfg.subscriber_queue_bytes,
                         max_worlds=cfg.max_worlds, engine_threads=cfg.engine_threads, validate=cfg.validate,
                         world_factory=world_factory)
     admission = Admission(cfg.worker_threads, on_change=metrics.set_call_slots_in_use,

@@ -48,6 +48,7 @@ class ServerConfig:
     max_message_bytes: int = 64 * MIB
     queue_size: int = 64
     subscriber_queue: int = 1024
+    subscriber_queue_bytes: int = 64 * MIB
     max_worlds: int = 256
     default_world: str = "default"
     default_world_dims: int = 2
@@ -74,7 +75,7 @@ class ServerConfig:
             bad("worker_threads", "must be in [2, 4096]")
         if not 4 * 1024 <= self.max_message_bytes <= 2**31 - 1:
             bad("max_message_bytes", "must be in [4 KiB, 2 GiB)")
-        for name in ("queue_size", "subscriber_queue", "max_worlds"):
+        for name in ("queue_size", "subscriber_queue", "subscriber_queue_bytes", "max_worlds"):
             if getattr(self, name) < 1:
                 bad(name, "must be >= 1")
         object.__setattr__(self, "default_world_bounds", tuple(float(x) for x in self.default_world_bounds))
@@ -108,6 +109,7 @@ _HELP = {
     "max_message_bytes": "largest gRPC message, both directions (default 64 MiB)",
     "queue_size": "frames/queries waiting per world before RESOURCE_EXHAUSTED (default 64)",
     "subscriber_queue": "deltas buffered per subscriber before it is dropped (default 1024)",
+    "subscriber_queue_bytes": "bytes of deltas buffered per subscriber before it is dropped (default 64 MiB)",
     "max_worlds": "most worlds the server holds (default 256)",
     "default_world": 'name of the 2D world created at start, "" for none (default "default")',
     "default_world_dims": "dims of the default world (default 2)",

@@ -105,17 +105,25 @@ class Applied:
     encoded: bytes | None = None
 
 
+def _bytes_of(applied) -> int:
+    """What an applied frame holds in a subscriber's buffer: its pair arrays and a message's overhead."""
+    return applied.delta.created.nbytes + applied.delta.deleted.nbytes + 256
+
+
 class Subscriber:
-    """A Subscribe stream's buffer: applied frames, then the end; ``dropped`` when it fell too far behind.
+    """A Subscribe stream's buffer: applied frames, then the end; ``dropped`` when it fell too far behind:
+    more than ``limit`` frames, or more than ``byte_limit`` bytes of them, waiting.
 
     ``offer`` never blocks (the world never waits for a subscriber); ``next`` blocks its own thread.
     """
 
-    def __init__(self, limit: int, view=None):
+    def __init__(self, limit: int, view=None, byte_limit: int = 64 << 20):
         self.limit = limit
+        self.byte_limit = byte_limit
         self.view = view                  # interest.RegionView of a region subscription, else None
         self.dropped = False
         self._items: deque = deque()
+        self._bytes = 0
         self._ended = False
         self._ready = threading.Condition(threading.Lock())
 
@@ -123,9 +131,13 @@ class Subscriber:
         with self._ready:
             if self._ended:
                 return
-            if item is not _END and len(self._items) >= self.limit:
-                self.dropped = True
-                item = _END
+            if item is not _END:
+                size = _bytes_of(item)
+                if len(self._items) >= self.limit or self._bytes + size > self.byte_limit:
+                    self.dropped = True
+                    item = _END
+                else:
+                    self._bytes += size
             if item is _END:
                 self._ended = True
             self._items.append(item)
@@ -140,6 +152,8 @@ class Subscriber:
             if not self._items and not self._ready.wait_for(lambda: self._items, timeout):
                 return None
             item = self._items.popleft()
+            if item is not _END:
+                self._bytes -= _bytes_of(item)
         return None if item is _END else item
 
 
@@ -154,6 +168,7 @@ class WorldRunner:
     metrics: Metrics
     queue_size: int
     subscriber_limit: int
+    subscriber_bytes: int
     validate: bool = False
     frames: int = 0
     rejected: int = 0
@@ -321,7 +336,7 @@ class WorldRunner:
         with self._mutex:
             if self.closed:
                 raise self._refusal()
-            sub = Subscriber(self.subscriber_limit, view)
+            sub = Subscriber(self.subscriber_limit, view, self.subscriber_bytes)
             self._subscribers.add(sub)
             self.metrics.set_subscribers(self.name, len(self._subscribers))
         return sub
@@ -363,11 +378,13 @@ class Registry:
     """The server's worlds by name."""
 
     def __init__(self, metrics: Metrics, *, queue_size: int = 64, subscriber_limit: int = 1024,
+                 subscriber_bytes: int = 64 << 20,
                  max_worlds: int = 256, engine_threads: int = 0, validate: bool = False,
                  world_factory: Callable[[Any], Any] | None = None):
         self.metrics = metrics
         self.queue_size = queue_size
         self.subscriber_limit = subscriber_limit
+        self.subscriber_bytes = subscriber_bytes
         self.max_worlds = max_worlds
         self.engine_threads = engine_threads
         self.validate = validate
@@ -410,7 +427,7 @@ class Registry:
                 from sapcore import World as factory
             world = factory(config)
             runner = WorldRunner(name, world, config, int(expected_objects), self.metrics,
-                                 self.queue_size, self.subscriber_limit, self.validate)
+                                 self.queue_size, self.subscriber_limit, self.subscriber_bytes, self.validate)
             with self._mutex:
                 self.worlds[name] = runner
                 self.metrics.world_created(name, len(self.worlds))

@@ -223,8 +223,8 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
             runner.unsubscribe(sub)
         if sub.dropped:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"subscriber of world {short(request.world)} fell more than "
-                          f"{sub.limit} deltas behind and was dropped")
+                          f"subscriber of world {short(request.world)} fell more than {sub.limit} deltas "
+                          f"or {sub.byte_limit} bytes behind and was dropped")
         if runner.deleted:
             context.abort(grpc.StatusCode.NOT_FOUND, f"world {short(request.world)} was deleted")
 

@@ -100,12 +100,16 @@ def test_servicer_without_network():
 def test_slow_subscriber_is_dropped_not_blocking():
     from sapgrid.server.registry import Subscriber
 
+    from types import SimpleNamespace
+
+    none = np.zeros((0, 2), np.uint64)
+    frames = [SimpleNamespace(frame=i, delta=SimpleNamespace(created=none, deleted=none)) for i in range(10)]
     sub = Subscriber(limit=3)
-    for i in range(10):                      # the world never waits for a subscriber
-        sub.offer(i)
+    for f in frames:                         # the world never waits for a subscriber
+        sub.offer(f)
     got = []
     while (item := sub.next(timeout=5)) is not None:
-        got.append(item)
+        got.append(item.frame)
     assert sub.dropped and got == [0, 1, 2]
 
 
@@ -155,3 +159,25 @@ def test_a_world_runs_one_job_at_a_time_in_arrival_order():
     assert order == [0, 1, 3]
     assert sorted(errors_seen) == [(2, "Cancelled"), (4, "Exhausted")]
     assert not runner.pending and job(5) == 5              # the world is free again
+
+
+def test_a_subscriber_is_bounded_in_bytes_too():
+    """Few deltas but big ones: the subscriber is dropped once their bytes pass its byte limit."""
+    from types import SimpleNamespace
+
+    from sapgrid.server.registry import Subscriber
+
+    big = SimpleNamespace(delta=SimpleNamespace(created=np.zeros((1000, 2), np.uint64),
+                                                deleted=np.zeros((0, 2), np.uint64)))     # 16 kB + overhead
+    sub = Subscriber(limit=1024, byte_limit=50_000)
+    for _ in range(10):
+        sub.offer(big)
+    got = []
+    while (item := sub.next(timeout=5)) is not None:
+        got.append(item)
+    assert sub.dropped and len(got) == 3                         # 3 x 16.3 kB fit in 50 kB, the 4th does not
+    ok = Subscriber(limit=1024, byte_limit=50_000)
+    for _ in range(10):                                          # read as they come: never dropped
+        ok.offer(big)
+        assert ok.next(timeout=5) is big
+    assert not ok.dropped
