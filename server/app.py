@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import sys
@@ -27,7 +28,7 @@ from sapgrid.v1 import echo_service_pb2, echo_service_pb2_grpc, sapgrid_service_
 from .admission import RESERVED_THREADS, Admission
 from .config import ServerConfig
 from .metrics import Metrics
-from .registry import Registry
+from .registry import MemoryBudget, Registry
 from . import cluster
 from .servicer import EchoServicer, SapgridServicer, add_to_server
 
@@ -114,6 +115,7 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     metrics = metrics or Metrics()
     registry = Registry(metrics, queue_size=cfg.queue_size, subscriber_limit=cfg.subscriber_queue,
                         subscriber_bytes=cfg.subscriber_queue_bytes,
+                        budget=MemoryBudget(cfg.max_world_bytes, cfg.max_server_bytes or _three_quarters_of_memory()),
                         max_worlds=cfg.max_worlds, engine_threads=cfg.engine_threads, validate=cfg.validate,
                         world_factory=world_factory)
     admission = Admission(cfg.worker_threads, on_change=metrics.set_call_slots_in_use,
@@ -157,6 +159,14 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
                                       == ownership.self_member):
         registry.create(cfg.default_world, default_world)
     return app
+
+
+def _three_quarters_of_memory() -> int:
+    """3/4 of the machine's physical memory (the server's default memory budget); 0 where unknown."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def _bindable(listen: str) -> bool:

@@ -49,6 +49,8 @@ class ServerConfig:
     queue_size: int = 64
     subscriber_queue: int = 1024
     subscriber_queue_bytes: int = 64 * MIB
+    max_world_bytes: int = 4096 * MIB
+    max_server_bytes: int = 0
     max_worlds: int = 256
     default_world: str = "default"
     default_world_dims: int = 2
@@ -110,6 +112,9 @@ _HELP = {
     "queue_size": "frames/queries waiting per world before RESOURCE_EXHAUSTED (default 64)",
     "subscriber_queue": "deltas buffered per subscriber before it is dropped (default 1024)",
     "subscriber_queue_bytes": "bytes of deltas buffered per subscriber before it is dropped (default 64 MiB)",
+    "max_world_bytes": "memory budget of one world, bytes (its grid at CreateWorld, its objects in frames; "
+                       "default 4 GiB; 0: none)",
+    "max_server_bytes": "memory budget of all worlds together, bytes (default 0: 3/4 of the machine's memory)",
     "max_worlds": "most worlds the server holds (default 256)",
     "default_world": 'name of the 2D world created at start, "" for none (default "default")',
     "default_world_dims": "dims of the default world (default 2)",

@@ -105,6 +105,51 @@ class Applied:
     encoded: bytes | None = None
 
 
+class MemoryBudget:
+    """Estimated memory per world and for the whole server, checked before it is taken: at CreateWorld
+    (the grid's cells) and for every frame that adds objects. A world's figure is its arrays' bytes
+    (``World.memory_bytes``) after its last frame that added objects; a frame's adds are counted at
+    ``PER_OBJECT`` bytes each (the engine's budget of 300 B an object, with room for its pairs).
+    0 turns a limit off."""
+
+    PER_CELL = 64            # bytes a grid cell holds before any object (its SAP and pair-set bookkeeping)
+    PER_OBJECT = 400
+
+    def __init__(self, world_bytes: int = 0, server_bytes: int = 0):
+        self.world_bytes, self.server_bytes = world_bytes, server_bytes
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def _check(self, name: str, want: int, what: str) -> None:
+        """Under the lock: refuse ``want`` bytes for world ``name`` beyond either limit."""
+        if self.world_bytes and want > self.world_bytes:
+            raise Exhausted(f"world {name!r}: {what} would take ~{want >> 20} MiB, more than the per-world memory "
+                            f"budget of {self.world_bytes >> 20} MiB (--max-world-bytes)", "world")
+        total = sum(self._held.values()) - self._held.get(name, 0) + want
+        if self.server_bytes and total > self.server_bytes:
+            raise Exhausted(f"world {name!r}: {what} would bring the server to ~{total >> 20} MiB, more than its "
+                            f"memory budget of {self.server_bytes >> 20} MiB (--max-server-bytes)", "world")
+
+    def open_world(self, name: str, cells: int) -> None:
+        with self._lock:
+            want = cells * self.PER_CELL + (1 << 20)
+            self._check(name, want, f"a grid of {cells} cells")
+            self._held[name] = want
+
+    def check_adds(self, name: str, n_add: int) -> None:
+        with self._lock:
+            self._check(name, self._held.get(name, 0) + n_add * self.PER_OBJECT, f"{n_add} more objects")
+
+    def held(self, name: str, nbytes: int) -> None:
+        with self._lock:
+            if name in self._held:
+                self._held[name] = nbytes
+
+    def close_world(self, name: str) -> None:
+        with self._lock:
+            self._held.pop(name, None)
+
+
 def _bytes_of(applied) -> int:
     """What an applied frame holds in a subscriber's buffer: its pair arrays and a message's overhead."""
     return applied.delta.created.nbytes + applied.delta.deleted.nbytes + 256
@@ -169,6 +214,7 @@ class WorldRunner:
     queue_size: int
     subscriber_limit: int
     subscriber_bytes: int
+    budget: MemoryBudget
     validate: bool = False
     frames: int = 0
     rejected: int = 0
@@ -282,7 +328,12 @@ class WorldRunner:
         try:
             with self.turn(caller) as waited:
                 start = time.perf_counter()
+                adds = arrays.get("add_ids")
+                if adds is not None:
+                    self.budget.check_adds(self.name, len(adds))
                 delta = self.world.step(**arrays)
+                if adds is not None:
+                    self.budget.held(self.name, self.world.memory_bytes())
                 if self.validate:
                     self.world.validate()
                 self.frames += 1
@@ -378,13 +429,14 @@ class Registry:
     """The server's worlds by name."""
 
     def __init__(self, metrics: Metrics, *, queue_size: int = 64, subscriber_limit: int = 1024,
-                 subscriber_bytes: int = 64 << 20,
+                 subscriber_bytes: int = 64 << 20, budget: MemoryBudget | None = None,
                  max_worlds: int = 256, engine_threads: int = 0, validate: bool = False,
                  world_factory: Callable[[Any], Any] | None = None):
         self.metrics = metrics
         self.queue_size = queue_size
         self.subscriber_limit = subscriber_limit
         self.subscriber_bytes = subscriber_bytes
+        self.budget = budget or MemoryBudget()
         self.max_worlds = max_worlds
         self.engine_threads = engine_threads
         self.validate = validate
@@ -420,20 +472,26 @@ class Registry:
                 raise WorldExists(f"world {name!r} already exists", "name")
             if len(self.worlds) + len(self._pending) >= self.max_worlds:
                 raise Exhausted(f"too many worlds (at most {self.max_worlds})", "name")
+            self.budget.open_world(name, int(np.prod(config.cells)))
             self._pending.add(name)
+        created = False
         try:
             factory = self.world_factory
             if factory is None:
                 from sapcore import World as factory
             world = factory(config)
             runner = WorldRunner(name, world, config, int(expected_objects), self.metrics,
-                                 self.queue_size, self.subscriber_limit, self.subscriber_bytes, self.validate)
+                                 self.queue_size, self.subscriber_limit, self.subscriber_bytes, self.budget,
+                                 self.validate)
             with self._mutex:
                 self.worlds[name] = runner
                 self.metrics.world_created(name, len(self.worlds))
+            created = True
         finally:
             with self._mutex:
                 self._pending.discard(name)
+            if not created:
+                self.budget.close_world(name)
         log.info("world %r created: dims=%d cells=%s", name, config.dims, config.cells)
         return runner
 
@@ -444,6 +502,7 @@ class Registry:
                 raise WorldNotFound(name)
             count = len(self.worlds)
         runner.delete(lambda: self.metrics.world_deleted(name, count))
+        self.budget.close_world(name)
         log.info("world %r deleted", name)
 
     @contextlib.contextmanager

@@ -203,3 +203,27 @@ def test_a_frame_over_the_clients_message_limit_is_refused_before_it_is_sent(ser
                 s.send(**big)
             assert s.step(add_ids=[1, 2], add_boxes=[[0, 0, 1, 1], [1, 1, 2, 2]]).created.tolist() == [[1, 2]]
         assert c.get_world(world_name).frames == 1
+
+
+def test_memory_budgets_refuse_worlds_and_frames_before_they_take_memory(make_server):
+    """A grid too big for the per-world budget, a world past the server's budget, and a frame whose new
+    objects would pass the per-world budget are RESOURCE_EXHAUSTED naming the budget; nothing changes."""
+    srv = make_server(default_world="", max_world_bytes=16 << 20, max_server_bytes=21 << 20)
+    with Client(srv.address) as c:
+        with pytest.raises(ResourceExhausted, match="--max-world-bytes"):
+            c.create_world("huge", dims=2, bounds=(0, 0, 100, 100), cells=(2048, 2048))
+        assert [w.name for w in c.list_worlds()] == []
+        c.create_world("a", dims=2, bounds=(0, 0, 100, 100), cells=(400, 400))       # ~11 MiB of grid
+        with pytest.raises(ResourceExhausted, match="--max-server-bytes"):
+            c.create_world("b", dims=2, bounds=(0, 0, 100, 100), cells=(400, 400))
+        assert [w.name for w in c.list_worlds()] == ["a"]
+        c.create_world("small", dims=2, bounds=(0, 0, 100, 100), cells=(4, 4))
+        n = 20_000                                                                     # ~8 MiB of objects
+        lo = np.stack([np.arange(n) % 141, np.arange(n) // 141], 1) * 0.7               # apart: no pairs
+        boxes = np.concatenate([lo, lo + 0.1], 1)
+        with pytest.raises(ResourceExhausted, match="--max-world-bytes"):
+            c.step("a", 1, add_ids=np.arange(n), add_boxes=boxes)
+        assert c.get_world("a").objects == 0 and c.get_world("a").frames_rejected == 1
+        c.step("small", 1, add_ids=np.arange(n), add_boxes=boxes)                   # fits
+        c.delete_world("a")                                                            # gives its budget back
+        c.create_world("b", dims=2, bounds=(0, 0, 100, 100), cells=(400, 400))
