@@ -40,6 +40,14 @@ class WorldNotFound(ServiceError):
         super().__init__(f"world {short(name)} not found", field=field)
 
 
+class WorldGone(WorldNotFound):
+    """A stream's world was deleted (and maybe created again under its name) since the stream wrote to it."""
+
+    def __init__(self, name: str):
+        ServiceError.__init__(self, f"world {short(name)} was deleted since this stream wrote to it (a world "
+                                    f"created again under its name is another world)", field="world")
+
+
 def short(value: str, limit: int = 64) -> str:
     """A client's string for a message: quoted, cut to ``limit`` characters (a 10k-character name must
     not make the status exceed gRPC's metadata limit)."""

@@ -291,7 +291,7 @@ def world_info(runner) -> world_pb2.WorldInfo:
     if last is not None:
         stats.last_frame.CopyFrom(stats_message(last.delta.stats, last.queue_s, last.server_s))
     return world_pb2.WorldInfo(name=runner.name, config=config_message(runner.config, expected_objects=runner.expected_objects),
-                               stats=stats)
+                               stats=stats, generation=runner.generation)
 
 
 def query_response(ids: np.ndarray, boxes: np.ndarray | None, frame: int) -> pb.QueryRegionResponse:

@@ -215,6 +215,7 @@ class WorldRunner:
     subscriber_limit: int
     subscriber_bytes: int
     budget: MemoryBudget
+    generation: int = 0               # see WorldInfo.generation in the contract
     validate: bool = False
     frames: int = 0
     rejected: int = 0
@@ -437,6 +438,7 @@ class Registry:
         self.subscriber_limit = subscriber_limit
         self.subscriber_bytes = subscriber_bytes
         self.budget = budget or MemoryBudget()
+        self._generation = 0
         self.max_worlds = max_worlds
         self.engine_threads = engine_threads
         self.validate = validate
@@ -480,9 +482,12 @@ class Registry:
             if factory is None:
                 from sapcore import World as factory
             world = factory(config)
+            with self._mutex:
+                self._generation += 1
+                generation = self._generation
             runner = WorldRunner(name, world, config, int(expected_objects), self.metrics,
                                  self.queue_size, self.subscriber_limit, self.subscriber_bytes, self.budget,
-                                 self.validate)
+                                 generation, self.validate)
             with self._mutex:
                 self.worlds[name] = runner
                 self.metrics.world_created(name, len(self.worlds))

@@ -17,7 +17,7 @@ from sapgrid.v1 import sapgrid_service_pb2 as pb
 from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
 
 from . import cluster, protocol
-from .errors import Cancelled, InvalidInput, WorldNotFound, abort, frame_error, short
+from .errors import Cancelled, InvalidInput, WorldGone, WorldNotFound, abort, frame_error, short
 from .metrics import Metrics
 from .registry import Caller, Registry
 
@@ -126,10 +126,15 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         return pb.GetWorldResponse(world=protocol.world_info(self.registry.get(request.name)))
 
     # ---- frames -----------------------------------------------------------------------------
-    def _apply(self, frame, received: float, caller: Caller):
-        """Apply one decoded frame: (runner, Applied). Refusals raise, counted per world."""
+    def _apply(self, frame, received: float, caller: Caller, generations: dict | None = None):
+        """Apply one decoded frame: (runner, Applied). Refusals raise, counted per world.
+
+        generations: a stream's worlds by name -> the generation it first wrote to; a frame for a world
+        deleted and created again since is NOT_FOUND, never written into the new world."""
         try:
             runner = self.registry.get(frame.world)
+            if generations is not None and generations.setdefault(frame.world, runner.generation) != runner.generation:
+                raise WorldGone(frame.world)
         except WorldNotFound:
             self.metrics.frame_rejected(None, "not_found")
             raise
@@ -158,6 +163,7 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         # A graceful shutdown lets an open stream go on until its client ends it (or the grace period ends).
         caller = Caller(context)
         bound = cluster.stream_world(context)  # a stream opened with x-sapgrid-world takes only that world
+        generations: dict[str, int] = {}
         with self.registry.frame_call():
             for raw in request_iterator:
                 received = time.perf_counter()
@@ -167,7 +173,7 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
                     seq = frame.seq
                     if bound and frame.world != bound:
                         raise cluster.WrongWorld(frame.world, bound)
-                    runner, applied = self._apply(frame, received, caller)
+                    runner, applied = self._apply(frame, received, caller, generations)
                 except Cancelled:
                     return
                 except Exception as exc:

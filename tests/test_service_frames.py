@@ -316,3 +316,19 @@ def test_async_subscribe(server, world_name):
     got = asyncio.run(main())
     assert [d.seq for d in got] == [1, 2]
     assert got[0].created.tolist() == [[1, 2]] and got[1].deleted.tolist() == [[1, 2]]
+
+
+def test_a_stream_never_writes_into_a_world_created_again_under_its_name(client, world_name):
+    first = client.create_world(world_name, CFG2)
+    with client.stream(world_name) as s:
+        s.step(add_ids=[1, 2], add_boxes=[[0, 0, 1, 1], [1, 1, 2, 2]])
+        client.delete_world(world_name)
+        second = client.create_world(world_name, CFG2)
+        assert second.generation > first.generation > 0
+        with pytest.raises(NotFound, match="was deleted since this stream wrote to it"):
+            s.step(add_ids=[7], add_boxes=[[0, 0, 1, 1]])
+    info = client.get_world(world_name)
+    assert info.objects == 0 and info.frames == 0 and info.generation == second.generation
+    with client.stream(world_name) as s2:                      # a new stream writes to the new world
+        assert s2.step(add_ids=[7], add_boxes=[[0, 0, 1, 1]]).frame == 1
+    client.delete_world(world_name)

@@ -77,6 +77,7 @@ class WorldInfo:
     queue_depth: int
     subscribers: int
     last_frame: FrameStats | None
+    generation: int = 0               # which world of this name (a re-created world has a new one)
 
 
 def encode_frame(world: str, seq: int, remove_ids=None, add_ids=None, add_boxes=None, add_category=None,
@@ -122,7 +123,8 @@ def info_from(msg: world_pb2.WorldInfo) -> WorldInfo:
     return WorldInfo(name=msg.name, config=config_from(msg.config), objects=s.objects, pairs=s.pairs,
                      frames=s.frames, frames_rejected=s.frames_rejected, queue_depth=s.queue_depth,
                      subscribers=s.subscribers,
-                     last_frame=stats_from(s.last_frame) if s.HasField("last_frame") else None)
+                     last_frame=stats_from(s.last_frame) if s.HasField("last_frame") else None,
+                     generation=msg.generation)
 
 
 def query_result(resp, with_boxes: bool):

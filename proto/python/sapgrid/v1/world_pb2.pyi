@@ -75,11 +75,13 @@ class WorldStats(_message.Message):
     def __init__(self, objects: _Optional[int] = ..., pairs: _Optional[int] = ..., frames: _Optional[int] = ..., frames_rejected: _Optional[int] = ..., queue_depth: _Optional[int] = ..., subscribers: _Optional[int] = ..., last_frame: _Optional[_Union[FrameStats, _Mapping]] = ...) -> None: ...
 
 class WorldInfo(_message.Message):
-    __slots__ = ("name", "config", "stats")
+    __slots__ = ("name", "config", "stats", "generation")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     config: WorldConfig
     stats: WorldStats
-    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[WorldConfig, _Mapping]] = ..., stats: _Optional[_Union[WorldStats, _Mapping]] = ...) -> None: ...
+    generation: int
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[WorldConfig, _Mapping]] = ..., stats: _Optional[_Union[WorldStats, _Mapping]] = ..., generation: _Optional[int] = ...) -> None: ...
