@@ -161,12 +161,26 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     return app
 
 
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
 def _three_quarters_of_memory() -> int:
-    """3/4 of the machine's physical memory (the server's default memory budget); 0 where unknown."""
+    """3/4 of the memory this process may use (the server's default memory budget): the machine's
+    physical memory, or the container's cgroup limit when lower (a pod's limit, not the node's RAM);
+    0 where unknown."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
+        limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        return 0
+        limit = 0
+    for path in _CGROUP_LIMITS:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and (not limit or int(text) < limit):
+            limit = int(text)
+    return limit * 3 // 4
 
 
 def _bindable(listen: str) -> bool:

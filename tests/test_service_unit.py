@@ -181,3 +181,14 @@ def test_a_subscriber_is_bounded_in_bytes_too():
         ok.offer(big)
         assert ok.next(timeout=5) is big
     assert not ok.dropped
+
+
+def test_the_default_memory_budget_follows_a_container_limit(tmp_path, monkeypatch):
+    from sapgrid.server import app
+
+    limit = tmp_path / "memory.max"
+    limit.write_text("2147483648\n")                                # a pod's 2 GiB limit
+    monkeypatch.setattr(app, "_CGROUP_LIMITS", (str(limit),))
+    assert app._three_quarters_of_memory() == 2147483648 * 3 // 4
+    limit.write_text("max\n")                                       # no limit: the machine's memory
+    assert app._three_quarters_of_memory() > 0
