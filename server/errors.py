@@ -15,7 +15,6 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from sapcore.errors import CapacityError, ConfigError, FrameError
 
 from sapgrid.v1 import frame_pb2
 
@@ -90,6 +89,8 @@ def to_status(exc: BaseException) -> tuple[grpc.StatusCode, str, str, int]:
     """(code, message, field, index) of any exception. The only place errors are mapped."""
     if isinstance(exc, ServiceError):
         return exc.code, str(exc), exc.field, exc.index
+    from sapcore.errors import CapacityError, ConfigError, FrameError   # here: the cluster ring's users need no engine
+
     if isinstance(exc, CapacityError):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), exc.field, -1
     if isinstance(exc, FrameError):

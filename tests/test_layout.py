@@ -93,3 +93,24 @@ def test_the_base_distribution_needs_no_engine():
     base = " ".join(project["dependencies"])
     assert "numba" not in base and "prometheus" not in base
     assert any(d.startswith("numba") for d in project["optional-dependencies"]["server"])
+
+
+def test_the_command_works_without_the_engine(server):
+    """With the client-only install the sapgrid command manages worlds, and the commands that need the
+    engine or the server say what to install instead of a traceback."""
+    # what the client-only install lacks: the server extra's packages (sapgrid.server's own files are there)
+    out = _run(["sapcore", "numba", "llvmlite", "prometheus_client", "grpc_health", "grpc_reflection"], """
+        import contextlib, io, sys
+        from sapgrid.tools import cli
+
+        address = sys.argv[1]
+        assert cli.main(["worlds", "create", "layout-cli", "--server", address]) == 0
+        assert cli.main(["worlds", "delete", "layout-cli", "--server", address]) == 0
+        for argv in (["replay", "x.npz"], ["bench"], ["serve"]):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                rc = cli.main(argv)
+            assert rc == 2 and "pip install 'sapgrid[server]'" in err.getvalue(), (argv, rc, err.getvalue())
+        print("ok")
+        """, server.address)
+    assert out.strip().endswith("ok")

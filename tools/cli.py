@@ -22,6 +22,11 @@ def _add_server(parser: argparse.ArgumentParser, default: str | None = DEFAULT_S
 
 
 def _cmd_serve(args) -> int:
+    try:
+        from sapgrid.server.app import serve  # noqa: F401  (the server and the engine are the server extra)
+    except ImportError as exc:
+        print(f"sapgrid serve needs the server: pip install 'sapgrid[server]' ({exc})", file=sys.stderr)
+        return 2
     from sapgrid.server.main import run
 
     return run(args)
@@ -84,6 +89,18 @@ def _cmd_bench(args) -> int:
     return bench.run(args)
 
 
+def _engine_tool(name: str, parser: argparse.ArgumentParser) -> None:
+    """Add the options of a tool that imports the engine; with the client-only install (no ``server``
+    extra) the command is still listed, and running it says what to install."""
+    import importlib
+
+    try:
+        importlib.import_module(f"sapgrid.tools.{name}").add_arguments(parser)
+    except ImportError as exc:
+        parser.add_argument("ignored", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        parser.set_defaults(missing=f"sapgrid {name} needs the engine: pip install 'sapgrid[server]' ({exc})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from sapgrid import __version__
 
@@ -116,22 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_worlds)
 
     p = sub.add_parser("replay", help="replay a recorded trace (in process, or --server)")
-    try:
-        from sapgrid.tools import replay
-    except ImportError:  # pragma: no cover - replay.py is written in parallel
-        replay = None
-    if replay is not None:
-        replay.add_arguments(p)
+    _engine_tool("replay", p)
     _add_server(p, default=None)
     p.set_defaults(func=_cmd_replay)
 
     p = sub.add_parser("bench", help="benchmarks: the engine in process, or the service with --server")
-    try:
-        from sapgrid.tools import bench
-    except ImportError:  # pragma: no cover - bench.py is written in parallel
-        bench = None
-    if bench is not None:
-        bench.add_arguments(p)
+    _engine_tool("bench", p)
     _add_server(p, default=None)
     from sapgrid.tools import bench_server
 
@@ -160,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "missing", None):
+        print(args.missing, file=sys.stderr)
+        return 2
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
