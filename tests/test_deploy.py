@@ -439,7 +439,8 @@ def test_k8s_ports_probes_and_service_match(docker, k8s):
         if probe == "startupProbe" and probe not in k8s.container:
             continue
         assert k8s.container[probe]["grpc"]["port"] == ports["grpc"], probe
-        assert k8s.container[probe]["grpc"].get("service", "") == "", probe
+        want = "sapgrid.v1.SapgridService" if probe == "readinessProbe" else ""   # readiness: the service
+        assert k8s.container[probe]["grpc"].get("service", "") == want, probe
     svc_ports = {p["name"]: p for p in k8s.service["spec"]["ports"]}
     assert set(svc_ports) == {"grpc", "metrics"}
     for name, p in svc_ports.items():
