@@ -25,6 +25,8 @@ from grpc_reflection.v1alpha import reflection
 
 from sapgrid.v1 import echo_service_pb2, echo_service_pb2_grpc, sapgrid_service_pb2
 
+from . import logs
+from .logs import CallLog
 from .admission import RESERVED_THREADS, Admission
 from .config import ServerConfig
 from .metrics import Metrics
@@ -124,7 +126,7 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     threads = cfg.worker_threads + RESERVED_THREADS
     pool = ThreadPoolExecutor(threads, thread_name_prefix="sapgrid-call")
     # Beyond the threads, a few short calls may wait for one; any call past that is refused by gRPC.
-    server = grpc.server(pool, options=grpc_options(cfg), interceptors=(admission,),
+    server = grpc.server(pool, options=grpc_options(cfg), interceptors=(CallLog(), admission),
                          maximum_concurrent_rpcs=threads + 4 * RESERVED_THREADS)
     ownership = cluster.from_config(cfg.cluster_members, cfg.cluster_self)
     add_to_server(SapgridServicer(registry, metrics, ownership), server)
@@ -210,7 +212,7 @@ class StartupError(Exception):
 def serve(cfg: ServerConfig, ready=None) -> int:
     """Run a server in the foreground until SIGTERM/SIGINT, then stop gracefully. ``ready(app)`` is
     called once serving."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(cfg.log_format)
     try:
         app = build_server(cfg)
     except StartupError as exc:

@@ -60,6 +60,7 @@ class ServerConfig:
     keepalive_seconds: float = 30.0
     validate: bool = False
     echo: bool = False
+    log_format: str = "text"
     cluster_members: str = ""
     cluster_self: str = ""
 
@@ -71,6 +72,8 @@ class ServerConfig:
 
         if ":" not in self.listen:
             bad("listen", f"must be HOST:PORT, got {self.listen!r}")
+        if self.log_format not in ("text", "json"):
+            bad("log_format", f"must be text or json, got {self.log_format!r}")
         if not -1 <= self.metrics_port <= 65535:
             bad("metrics_port", "must be a port (0: a free one, -1: off)")
         if not 2 <= self.worker_threads <= 4096:
@@ -123,6 +126,7 @@ _HELP = {
     "grace_seconds": "graceful shutdown: wait this long for in-flight calls (default 10)",
     "keepalive_seconds": "server keepalive ping interval (default 30)",
     "validate": "validate the world's invariants after every frame (slow)",
+    "log_format": "log lines as plain text or as JSON objects, one per line: text or json (default text)",
     "echo": "also serve the bench-only EchoService (the transport baseline of `sapgrid bench --server`); off by "
             "default, and its replies are bounded by --max-message-bytes",
     "cluster_members": "the cluster's replicas HOST:PORT,HOST:PORT,... (the proxy's ring); worlds the ring "

@@ -64,3 +64,37 @@ def test_version():
     proc = subprocess.run([sys.executable, "-m", "sapgrid.tools.cli", "--version"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == f"sapgrid {__version__}"
+
+
+def test_json_logs_one_object_per_line_with_the_call_fields():
+    """--log-format json: every log line is one JSON object; a stream's end and a failed call are logged
+    with call, peer, world, status and duration_ms; failures of one peer are sampled (at most one a second)."""
+    import json
+
+    from sapgrid.client import Client
+    from sapgrid.client.errors import NotFound
+    from sapgrid.tools.spawn import SpawnedServer
+
+    proc = subprocess.Popen([sys.executable, "-m", "sapgrid.server", "--listen", "127.0.0.1:0", "--metrics-port", "-1",
+                             "--log-format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        address = line.split("listening on ", 1)[1].split()[0]
+        with Client(address) as c:
+            with c.stream("default") as s:
+                s.step(add_ids=[1, 2], add_boxes=[[0, 0, 1, 1], [1, 1, 2, 2]])
+            for _ in range(20):
+                with pytest.raises(NotFound):
+                    c.get_world("no-such-world")
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=60)[1]
+    records = [json.loads(x) for x in err.splitlines() if x.strip()]      # every line is a JSON object
+    assert all({"time", "level", "logger", "message"} <= r.keys() for r in records)
+    stream = [r for r in records if r.get("call", "").endswith("/StreamFrames")]
+    assert stream and stream[0]["status"] in ("OK", "CANCELLED")         # the client's close() cancels the call
+    assert stream[0]["world"] == "default" and stream[0]["duration_ms"] > 0
+    assert stream[0]["peer"].startswith("ipv4:127.0.0.1")
+    failed = [r for r in records if r.get("call", "").endswith("/GetWorld")]
+    assert failed and failed[0]["status"] == "NOT_FOUND"
+    assert len(failed) < 20                                                 # sampled, not one line per refusal
