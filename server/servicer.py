@@ -11,6 +11,7 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.message import DecodeError
 
+from sapgrid import __version__
 from sapgrid.v1 import echo_service_pb2 as echo_pb
 from sapgrid.v1 import echo_service_pb2_grpc as echo_grpc
 from sapgrid.v1 import sapgrid_service_pb2 as pb
@@ -119,7 +120,8 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
 
     @_unary
     def ListWorlds(self, request, context):
-        return pb.ListWorldsResponse(worlds=[protocol.world_info(r) for r in self.registry.list()])
+        return pb.ListWorldsResponse(worlds=[protocol.world_info(r) for r in self.registry.list()],
+                                     server_version=__version__)
 
     @_unary
     def GetWorld(self, request, context):

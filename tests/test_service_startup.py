@@ -98,3 +98,11 @@ def test_json_logs_one_object_per_line_with_the_call_fields():
     failed = [r for r in records if r.get("call", "").endswith("/GetWorld")]
     assert failed and failed[0]["status"] == "NOT_FOUND"
     assert len(failed) < 20                                                 # sampled, not one line per refusal
+
+
+def test_the_server_reports_its_version(server):
+    from sapgrid import __version__
+    from sapgrid.client import Client
+
+    with Client(server.address) as c:
+        assert c.server_version() == __version__

@@ -104,6 +104,10 @@ class Calls:
         return self._unary(self.stub.ListWorlds, pb.ListWorldsRequest(),
                            lambda resp: [info_from(w) for w in resp.worlds])
 
+    def server_version(self) -> str:
+        """The server's version (from ListWorlds' answer)."""
+        return self._unary(self.stub.ListWorlds, pb.ListWorldsRequest(), lambda resp: resp.server_version)
+
     def get_world(self, name: str) -> WorldInfo:
         return self._unary(self.stub.GetWorld, pb.GetWorldRequest(name=name), _world, world=name)
 

@@ -26,7 +26,7 @@ from sapgrid.v1 import frame_pb2 as sapgrid_dot_v1_dot_frame__pb2
 from sapgrid.v1 import world_pb2 as sapgrid_dot_v1_dot_world__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n sapgrid/v1/sapgrid_service.proto\x12\nsapgrid.v1\x1a\x16sapgrid/v1/frame.proto\x1a\x16sapgrid/v1/world.proto\"b\n\x12\x43reateWorldRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\'\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x17.sapgrid.v1.WorldConfig\x12\x15\n\rif_not_exists\x18\x03 \x01(\x08\";\n\x13\x43reateWorldResponse\x12$\n\x05world\x18\x01 \x01(\x0b\x32\x15.sapgrid.v1.WorldInfo\"\"\n\x12\x44\x65leteWorldRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteWorldResponse\"\x13\n\x11ListWorldsRequest\";\n\x12ListWorldsResponse\x12%\n\x06worlds\x18\x01 \x03(\x0b\x32\x15.sapgrid.v1.WorldInfo\"\x1f\n\x0fGetWorldRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"8\n\x10GetWorldResponse\x12$\n\x05world\x18\x01 \x01(\x0b\x32\x15.sapgrid.v1.WorldInfo\"5\n\x11\x41pplyFrameRequest\x12 \n\x05\x66rame\x18\x01 \x01(\x0b\x32\x11.sapgrid.v1.Frame\"6\n\x12\x41pplyFrameResponse\x12 \n\x05\x64\x65lta\x18\x01 \x01(\x0b\x32\x11.sapgrid.v1.Delta\"7\n\x13StreamFramesRequest\x12 \n\x05\x66rame\x18\x01 \x01(\x0b\x32\x11.sapgrid.v1.Frame\"z\n\x14StreamFramesResponse\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\"\n\x05\x64\x65lta\x18\x02 \x01(\x0b\x32\x11.sapgrid.v1.DeltaH\x00\x12\'\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x16.sapgrid.v1.FrameErrorH\x00\x42\x08\n\x06result\"J\n\x12QueryRegionRequest\x12\r\n\x05world\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x03(\x01\x12\x15\n\rinclude_boxes\x18\x03 \x01(\x08\"@\n\x13QueryRegionResponse\x12\x0b\n\x03ids\x18\x01 \x01(\x0c\x12\r\n\x05\x62oxes\x18\x02 \x01(\x0c\x12\r\n\x05\x66rame\x18\x03 \x01(\x04\"H\n\x10ListPairsRequest\x12\r\n\x05world\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"_\n\x11ListPairsResponse\x12\r\n\x05pairs\x18\x01 \x01(\x0c\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x13\n\x0btotal_pairs\x18\x03 \x01(\x04\x12\r\n\x05\x66rame\x18\x04 \x01(\x04\"7\n\x12StreamPairsRequest\x12\r\n\x05world\x18\x01 \x01(\t\x12\x12\n\nchunk_size\x18\x02 \x01(\r\"H\n\x13StreamPairsResponse\x12\r\n\x05pairs\x18\x01 \x01(\x0c\x12\x13\n\x0btotal_pairs\x18\x02 \x01(\x04\x12\r\n\x05\x66rame\x18\x03 \x01(\x04\"1\n\x10SubscribeRequest\x12\r\n\x05world\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x03(\x01\"5\n\x11SubscribeResponse\x12 \n\x05\x64\x65lta\x18\x01 \x01(\x0b\x32\x11.sapgrid.v1.Delta2\xa0\x06\n\x0eSapgridService\x12N\n\x0b\x43reateWorld\x12\x1e.sapgrid.v1.CreateWorldRequest\x1a\x1f.sapgrid.v1.CreateWorldResponse\x12N\n\x0b\x44\x65leteWorld\x12\x1e.sapgrid.v1.DeleteWorldRequest\x1a\x1f.sapgrid.v1.DeleteWorldResponse\x12K\n\nListWorlds\x12\x1d.sapgrid.v1.ListWorldsRequest\x1a\x1e.sapgrid.v1.ListWorldsResponse\x12\x45\n\x08GetWorld\x12\x1b.sapgrid.v1.GetWorldRequest\x1a\x1c.sapgrid.v1.GetWorldResponse\x12K\n\nApplyFrame\x12\x1d.sapgrid.v1.ApplyFrameRequest\x1a\x1e.sapgrid.v1.ApplyFrameResponse\x12U\n\x0cStreamFrames\x12\x1f.sapgrid.v1.StreamFramesRequest\x1a .sapgrid.v1.StreamFramesResponse(\x01\x30\x01\x12N\n\x0bQueryRegion\x12\x1e.sapgrid.v1.QueryRegionRequest\x1a\x1f.sapgrid.v1.QueryRegionResponse\x12H\n\tListPairs\x12\x1c.sapgrid.v1.ListPairsRequest\x1a\x1d.sapgrid.v1.ListPairsResponse\x12P\n\x0bStreamPairs\x12\x1e.sapgrid.v1.StreamPairsRequest\x1a\x1f.sapgrid.v1.StreamPairsResponse0\x01\x12J\n\tSubscribe\x12\x1c.sapgrid.v1.SubscribeRequest\x1a\x1d.sapgrid.v1.SubscribeResponse0\x01\x42Y\n\x0e\x64\x65v.sapgrid.v1B\x13SapgridServiceProtoP\x01Z#sapgrid/gen/go/sapgrid/v1;sapgridv1\xaa\x02\nSapgrid.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n sapgrid/v1/sapgrid_service.proto\x12\nsapgrid.v1\x1a\x16sapgrid/v1/frame.proto\x1a\x16sapgrid/v1/world.proto\"b\n\x12\x43reateWorldRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\'\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x17.sapgrid.v1.WorldConfig\x12\x15\n\rif_not_exists\x18\x03 \x01(\x08\";\n\x13\x43reateWorldResponse\x12$\n\x05world\x18\x01 \x01(\x0b\x32\x15.sapgrid.v1.WorldInfo\"\"\n\x12\x44\x65leteWorldRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteWorldResponse\"\x13\n\x11ListWorldsRequest\"S\n\x12ListWorldsResponse\x12%\n\x06worlds\x18\x01 \x03(\x0b\x32\x15.sapgrid.v1.WorldInfo\x12\x16\n\x0eserver_version\x18\x02 \x01(\t\"\x1f\n\x0fGetWorldRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"8\n\x10GetWorldResponse\x12$\n\x05world\x18\x01 \x01(\x0b\x32\x15.sapgrid.v1.WorldInfo\"5\n\x11\x41pplyFrameRequest\x12 \n\x05\x66rame\x18\x01 \x01(\x0b\x32\x11.sapgrid.v1.Frame\"6\n\x12\x41pplyFrameResponse\x12 \n\x05\x64\x65lta\x18\x01 \x01(\x0b\x32\x11.sapgrid.v1.Delta\"7\n\x13StreamFramesRequest\x12 \n\x05\x66rame\x18\x01 \x01(\x0b\x32\x11.sapgrid.v1.Frame\"z\n\x14StreamFramesResponse\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\"\n\x05\x64\x65lta\x18\x02 \x01(\x0b\x32\x11.sapgrid.v1.DeltaH\x00\x12\'\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x16.sapgrid.v1.FrameErrorH\x00\x42\x08\n\x06result\"J\n\x12QueryRegionRequest\x12\r\n\x05world\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x03(\x01\x12\x15\n\rinclude_boxes\x18\x03 \x01(\x08\"@\n\x13QueryRegionResponse\x12\x0b\n\x03ids\x18\x01 \x01(\x0c\x12\r\n\x05\x62oxes\x18\x02 \x01(\x0c\x12\r\n\x05\x66rame\x18\x03 \x01(\x04\"H\n\x10ListPairsRequest\x12\r\n\x05world\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"_\n\x11ListPairsResponse\x12\r\n\x05pairs\x18\x01 \x01(\x0c\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x13\n\x0btotal_pairs\x18\x03 \x01(\x04\x12\r\n\x05\x66rame\x18\x04 \x01(\x04\"7\n\x12StreamPairsRequest\x12\r\n\x05world\x18\x01 \x01(\t\x12\x12\n\nchunk_size\x18\x02 \x01(\r\"H\n\x13StreamPairsResponse\x12\r\n\x05pairs\x18\x01 \x01(\x0c\x12\x13\n\x0btotal_pairs\x18\x02 \x01(\x04\x12\r\n\x05\x66rame\x18\x03 \x01(\x04\"1\n\x10SubscribeRequest\x12\r\n\x05world\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x03(\x01\"5\n\x11SubscribeResponse\x12 \n\x05\x64\x65lta\x18\x01 \x01(\x0b\x32\x11.sapgrid.v1.Delta2\xa0\x06\n\x0eSapgridService\x12N\n\x0b\x43reateWorld\x12\x1e.sapgrid.v1.CreateWorldRequest\x1a\x1f.sapgrid.v1.CreateWorldResponse\x12N\n\x0b\x44\x65leteWorld\x12\x1e.sapgrid.v1.DeleteWorldRequest\x1a\x1f.sapgrid.v1.DeleteWorldResponse\x12K\n\nListWorlds\x12\x1d.sapgrid.v1.ListWorldsRequest\x1a\x1e.sapgrid.v1.ListWorldsResponse\x12\x45\n\x08GetWorld\x12\x1b.sapgrid.v1.GetWorldRequest\x1a\x1c.sapgrid.v1.GetWorldResponse\x12K\n\nApplyFrame\x12\x1d.sapgrid.v1.ApplyFrameRequest\x1a\x1e.sapgrid.v1.ApplyFrameResponse\x12U\n\x0cStreamFrames\x12\x1f.sapgrid.v1.StreamFramesRequest\x1a .sapgrid.v1.StreamFramesResponse(\x01\x30\x01\x12N\n\x0bQueryRegion\x12\x1e.sapgrid.v1.QueryRegionRequest\x1a\x1f.sapgrid.v1.QueryRegionResponse\x12H\n\tListPairs\x12\x1c.sapgrid.v1.ListPairsRequest\x1a\x1d.sapgrid.v1.ListPairsResponse\x12P\n\x0bStreamPairs\x12\x1e.sapgrid.v1.StreamPairsRequest\x1a\x1f.sapgrid.v1.StreamPairsResponse0\x01\x12J\n\tSubscribe\x12\x1c.sapgrid.v1.SubscribeRequest\x1a\x1d.sapgrid.v1.SubscribeResponse0\x01\x42Y\n\x0e\x64\x65v.sapgrid.v1B\x13SapgridServiceProtoP\x01Z#sapgrid/gen/go/sapgrid/v1;sapgridv1\xaa\x02\nSapgrid.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,35 +45,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTWORLDSREQUEST']._serialized_start=316
   _globals['_LISTWORLDSREQUEST']._serialized_end=335
   _globals['_LISTWORLDSRESPONSE']._serialized_start=337
-  _globals['_LISTWORLDSRESPONSE']._serialized_end=396
-  _globals['_GETWORLDREQUEST']._serialized_start=398
-  _globals['_GETWORLDREQUEST']._serialized_end=429
-  _globals['_GETWORLDRESPONSE']._serialized_start=431
-  _globals['_GETWORLDRESPONSE']._serialized_end=487
-  _globals['_APPLYFRAMEREQUEST']._serialized_start=489
-  _globals['_APPLYFRAMEREQUEST']._serialized_end=542
-  _globals['_APPLYFRAMERESPONSE']._serialized_start=544
-  _globals['_APPLYFRAMERESPONSE']._serialized_end=598
-  _globals['_STREAMFRAMESREQUEST']._serialized_start=600
-  _globals['_STREAMFRAMESREQUEST']._serialized_end=655
-  _globals['_STREAMFRAMESRESPONSE']._serialized_start=657
-  _globals['_STREAMFRAMESRESPONSE']._serialized_end=779
-  _globals['_QUERYREGIONREQUEST']._serialized_start=781
-  _globals['_QUERYREGIONREQUEST']._serialized_end=855
-  _globals['_QUERYREGIONRESPONSE']._serialized_start=857
-  _globals['_QUERYREGIONRESPONSE']._serialized_end=921
-  _globals['_LISTPAIRSREQUEST']._serialized_start=923
-  _globals['_LISTPAIRSREQUEST']._serialized_end=995
-  _globals['_LISTPAIRSRESPONSE']._serialized_start=997
-  _globals['_LISTPAIRSRESPONSE']._serialized_end=1092
-  _globals['_STREAMPAIRSREQUEST']._serialized_start=1094
-  _globals['_STREAMPAIRSREQUEST']._serialized_end=1149
-  _globals['_STREAMPAIRSRESPONSE']._serialized_start=1151
-  _globals['_STREAMPAIRSRESPONSE']._serialized_end=1223
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=1225
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=1274
-  _globals['_SUBSCRIBERESPONSE']._serialized_start=1276
-  _globals['_SUBSCRIBERESPONSE']._serialized_end=1329
-  _globals['_SAPGRIDSERVICE']._serialized_start=1332
-  _globals['_SAPGRIDSERVICE']._serialized_end=2132
+  _globals['_LISTWORLDSRESPONSE']._serialized_end=420
+  _globals['_GETWORLDREQUEST']._serialized_start=422
+  _globals['_GETWORLDREQUEST']._serialized_end=453
+  _globals['_GETWORLDRESPONSE']._serialized_start=455
+  _globals['_GETWORLDRESPONSE']._serialized_end=511
+  _globals['_APPLYFRAMEREQUEST']._serialized_start=513
+  _globals['_APPLYFRAMEREQUEST']._serialized_end=566
+  _globals['_APPLYFRAMERESPONSE']._serialized_start=568
+  _globals['_APPLYFRAMERESPONSE']._serialized_end=622
+  _globals['_STREAMFRAMESREQUEST']._serialized_start=624
+  _globals['_STREAMFRAMESREQUEST']._serialized_end=679
+  _globals['_STREAMFRAMESRESPONSE']._serialized_start=681
+  _globals['_STREAMFRAMESRESPONSE']._serialized_end=803
+  _globals['_QUERYREGIONREQUEST']._serialized_start=805
+  _globals['_QUERYREGIONREQUEST']._serialized_end=879
+  _globals['_QUERYREGIONRESPONSE']._serialized_start=881
+  _globals['_QUERYREGIONRESPONSE']._serialized_end=945
+  _globals['_LISTPAIRSREQUEST']._serialized_start=947
+  _globals['_LISTPAIRSREQUEST']._serialized_end=1019
+  _globals['_LISTPAIRSRESPONSE']._serialized_start=1021
+  _globals['_LISTPAIRSRESPONSE']._serialized_end=1116
+  _globals['_STREAMPAIRSREQUEST']._serialized_start=1118
+  _globals['_STREAMPAIRSREQUEST']._serialized_end=1173
+  _globals['_STREAMPAIRSRESPONSE']._serialized_start=1175
+  _globals['_STREAMPAIRSRESPONSE']._serialized_end=1247
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=1249
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=1298
+  _globals['_SUBSCRIBERESPONSE']._serialized_start=1300
+  _globals['_SUBSCRIBERESPONSE']._serialized_end=1353
+  _globals['_SAPGRIDSERVICE']._serialized_start=1356
+  _globals['_SAPGRIDSERVICE']._serialized_end=2156
 # @@protoc_insertion_point(module_scope)

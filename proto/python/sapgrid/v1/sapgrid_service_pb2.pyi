@@ -39,10 +39,12 @@ class ListWorldsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListWorldsResponse(_message.Message):
-    __slots__ = ("worlds",)
+    __slots__ = ("worlds", "server_version")
     WORLDS_FIELD_NUMBER: _ClassVar[int]
+    SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     worlds: _containers.RepeatedCompositeFieldContainer[_world_pb2.WorldInfo]
-    def __init__(self, worlds: _Optional[_Iterable[_Union[_world_pb2.WorldInfo, _Mapping]]] = ...) -> None: ...
+    server_version: str
+    def __init__(self, worlds: _Optional[_Iterable[_Union[_world_pb2.WorldInfo, _Mapping]]] = ..., server_version: _Optional[str] = ...) -> None: ...
 
 class GetWorldRequest(_message.Message):
     __slots__ = ("name",)
