@@ -25,7 +25,7 @@ from grpc_reflection.v1alpha import reflection
 
 from sapgrid.v1 import echo_service_pb2, echo_service_pb2_grpc, sapgrid_service_pb2
 
-from . import logs
+from . import logs, tracing
 from .logs import CallLog
 from .admission import RESERVED_THREADS, Admission
 from .config import ServerConfig
@@ -126,7 +126,7 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     threads = cfg.worker_threads + RESERVED_THREADS
     pool = ThreadPoolExecutor(threads, thread_name_prefix="sapgrid-call")
     # Beyond the threads, a few short calls may wait for one; any call past that is refused by gRPC.
-    server = grpc.server(pool, options=grpc_options(cfg), interceptors=(CallLog(), admission),
+    server = grpc.server(pool, options=grpc_options(cfg), interceptors=(*tracing.setup(), CallLog(), admission),
                          maximum_concurrent_rpcs=threads + 4 * RESERVED_THREADS)
     ownership = cluster.from_config(cfg.cluster_members, cfg.cluster_self)
     add_to_server(SapgridServicer(registry, metrics, ownership), server)

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from .interest import RegionDelta, RegionView
+from . import tracing
 from .errors import Cancelled, Exhausted, InvalidInput, ShuttingDown, WorldExists, WorldNotFound, outcome
 from .metrics import Metrics
 
@@ -365,7 +366,9 @@ class WorldRunner:
         return replace(applied, delta=RegionDelta(entering, leaving, applied.delta.stats), encoded=None)
 
     def published(self, applied: Applied) -> None:
-        """Metrics of an applied frame (after its answer is on its way: off the round trip)."""
+        """Metrics (and trace spans, when tracing is on) of an applied frame, after its answer is on its
+        way: off the round trip."""
+        tracing.frame(applied)
         with self._mutex:
             if not self.deleted:
                 self.metrics.frame_applied(self.name, applied.delta.stats, applied.queue_s, applied.server_s)
