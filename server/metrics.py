@@ -53,6 +53,9 @@ class Metrics:
                                  registry=reg)
         self.queue_depth = Gauge("sapgrid_world_queue_depth", "Frames and queries waiting per world", w, registry=reg)
         self.subscribers = Gauge("sapgrid_world_subscribers", "Active Subscribe streams per world", w, registry=reg)
+        self.subscribers_dropped = Counter("sapgrid_subscribers_dropped_total",
+                                           "Subscribers dropped for falling too far behind (deltas or bytes)", w,
+                                           registry=reg)
         self.occupied_cells = Gauge("sapgrid_occupied_cells", "Grid cells holding at least one object", w,
                                     registry=reg)
         self.cell_objects_max = Gauge("sapgrid_cell_objects_max", "Most objects in one cell", w, registry=reg)
@@ -67,7 +70,7 @@ class Metrics:
         self.calls_refused = Counter("sapgrid_calls_refused_total", "Long calls refused because every slot was "
                                      "in use", registry=reg)
         self._per_world = (self.objects, self.pairs, self.created, self.deleted, self.swaps, self.overflows,
-                           self.queue_depth, self.subscribers, self.occupied_cells, self.cell_objects_max,
+                           self.queue_depth, self.subscribers, self.subscribers_dropped, self.occupied_cells, self.cell_objects_max,
                            self.cell_objects_mean, self.cell_objects_p99)
         self._children: dict[str, tuple] = {}
         self._depth: dict = {}
@@ -131,6 +134,9 @@ class Metrics:
         if child is None:
             child = self._depth[world] = self.queue_depth.labels(world)
         child.set(depth)
+
+    def subscriber_dropped(self, world: str) -> None:
+        self.subscribers_dropped.labels(world).inc()
 
     def set_subscribers(self, world: str, n: int) -> None:
         self.subscribers.labels(world).set(n)

@@ -399,6 +399,8 @@ class WorldRunner:
     def unsubscribe(self, sub: Subscriber) -> None:
         with self._mutex:
             self._subscribers.discard(sub)
+            if sub.dropped and not self.deleted:
+                self.metrics.subscriber_dropped(self.name)
             if not self.deleted:
                 self.metrics.set_subscribers(self.name, len(self._subscribers))
 

@@ -121,6 +121,7 @@ def metric_catalog() -> dict[str, set[str]]:
     m.frame_rejected("w", "invalid_argument")
     m.set_queue_depth("w", 1)
     m.set_subscribers("w", 1)
+    m.subscriber_dropped("w")
     m.set_occupancy("w", np.array([0, 1, 3]))
     names: dict[str, set[str]] = {}
     for fam in m.registry.collect():

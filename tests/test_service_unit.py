@@ -192,3 +192,20 @@ def test_the_default_memory_budget_follows_a_container_limit(tmp_path, monkeypat
     assert app._three_quarters_of_memory() == 2147483648 * 3 // 4
     limit.write_text("max\n")                                       # no limit: the machine's memory
     assert app._three_quarters_of_memory() > 0
+
+
+def test_a_dropped_subscriber_is_counted():
+    from sapcore import WorldConfig as WC
+
+    metrics = Metrics(process=False)
+    registry = Registry(metrics, subscriber_limit=2)
+    runner = registry.create("drops", WC(dims=2, bounds=(0, 0, 10, 10), cells=(2, 2)))
+    sub = runner.subscribe()
+    from sapgrid.server.registry import Caller
+
+    for i in range(4):                                         # nobody reads: the third frame drops it
+        runner.apply(dict(add_ids=np.array([i], np.uint64), add_boxes=np.array([[0, 0, 1, 1]], np.float32)),
+                     i + 1, 0.0, Caller())
+    assert sub.dropped
+    runner.unsubscribe(sub)
+    assert metrics.registry.get_sample_value("sapgrid_subscribers_dropped_total", {"world": "drops"}) == 1
