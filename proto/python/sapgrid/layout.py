@@ -42,3 +42,36 @@ def config_message(config=None, *, dims: int = 2, bounds=None, cells=None,
         bounds = (0.0,) * dims + (1000.0,) * dims
     return world_pb2.WorldConfig(dims=dims, bounds=list(bounds), cells=list(cells or ()),
                                  expected_objects=expected_objects)
+
+
+# ---- the pair-set digest (frame.proto, Delta.pairs_digest) -------------------------------------
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finalizer of every element of a uint64 array (arithmetic mod 2^64)."""
+    with np.errstate(over="ignore"):
+        x = np.asarray(x, np.uint64) + _GOLDEN
+        x = (x ^ (x >> _S30)) * _MIX1
+        x = (x ^ (x >> _S27)) * _MIX2
+        return x ^ (x >> _S31)
+
+
+def pairs_digest(pairs) -> int:
+    """The digest of a set of pairs (rows lo < hi, uint64 [K, 2]): the sum mod 2^64 of
+    splitmix64(lo ^ splitmix64(hi)) over the rows. Order-independent, so a digest is kept in O(delta):
+    ``(digest + pairs_digest(created) - pairs_digest(deleted)) % 2**64``."""
+    p = np.asarray(pairs, np.uint64).reshape(-1, 2)
+    if not len(p):
+        return 0
+    terms = splitmix64(p[:, 0] ^ splitmix64(p[:, 1]))
+    return int(np.add.reduce(terms, dtype=np.uint64))
+
+
+def digest_step(digest: int, created, deleted) -> int:
+    """A pair digest after a delta: ``digest`` plus the created pairs' terms minus the deleted pairs'."""
+    return (digest + pairs_digest(created) - pairs_digest(deleted)) & 0xFFFFFFFFFFFFFFFF

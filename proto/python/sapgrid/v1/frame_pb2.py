@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from sapgrid.v1 import world_pb2 as sapgrid_dot_v1_dot_world__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16sapgrid/v1/frame.proto\x12\nsapgrid.v1\x1a\x16sapgrid/v1/world.proto\"\xc1\x01\n\x05\x46rame\x12\r\n\x05world\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x12\n\nremove_ids\x18\x03 \x01(\x0c\x12\x0f\n\x07\x61\x64\x64_ids\x18\x04 \x01(\x0c\x12\x11\n\tadd_boxes\x18\x05 \x01(\x0c\x12\x14\n\x0c\x61\x64\x64_category\x18\x06 \x01(\x0c\x12\x10\n\x08\x61\x64\x64_mask\x18\x07 \x01(\x0c\x12\x12\n\nadd_static\x18\x08 \x01(\x0c\x12\x12\n\nupdate_ids\x18\t \x01(\x0c\x12\x14\n\x0cupdate_boxes\x18\n \x01(\x0c\"{\n\x05\x44\x65lta\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\r\n\x05world\x18\x02 \x01(\t\x12\r\n\x05\x66rame\x18\x03 \x01(\x04\x12\x0f\n\x07\x63reated\x18\x04 \x01(\x0c\x12\x0f\n\x07\x64\x65leted\x18\x05 \x01(\x0c\x12%\n\x05stats\x18\x06 \x01(\x0b\x32\x16.sapgrid.v1.FrameStats\"I\n\nFrameError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\x12\r\n\x05index\x18\x04 \x01(\x03\x42P\n\x0e\x64\x65v.sapgrid.v1B\nFrameProtoP\x01Z#sapgrid/gen/go/sapgrid/v1;sapgridv1\xaa\x02\nSapgrid.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16sapgrid/v1/frame.proto\x12\nsapgrid.v1\x1a\x16sapgrid/v1/world.proto\"\xd1\x01\n\x05\x46rame\x12\r\n\x05world\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x12\n\nremove_ids\x18\x03 \x01(\x0c\x12\x0f\n\x07\x61\x64\x64_ids\x18\x04 \x01(\x0c\x12\x11\n\tadd_boxes\x18\x05 \x01(\x0c\x12\x14\n\x0c\x61\x64\x64_category\x18\x06 \x01(\x0c\x12\x10\n\x08\x61\x64\x64_mask\x18\x07 \x01(\x0c\x12\x12\n\nadd_static\x18\x08 \x01(\x0c\x12\x12\n\nupdate_ids\x18\t \x01(\x0c\x12\x14\n\x0cupdate_boxes\x18\n \x01(\x0c\x12\x0e\n\x06writer\x18\x0b \x01(\t\"\x91\x01\n\x05\x44\x65lta\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\r\n\x05world\x18\x02 \x01(\t\x12\r\n\x05\x66rame\x18\x03 \x01(\x04\x12\x0f\n\x07\x63reated\x18\x04 \x01(\x0c\x12\x0f\n\x07\x64\x65leted\x18\x05 \x01(\x0c\x12%\n\x05stats\x18\x06 \x01(\x0b\x32\x16.sapgrid.v1.FrameStats\x12\x14\n\x0cpairs_digest\x18\x07 \x01(\x06\"I\n\nFrameError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\x12\r\n\x05index\x18\x04 \x01(\x03\x42P\n\x0e\x64\x65v.sapgrid.v1B\nFrameProtoP\x01Z#sapgrid/gen/go/sapgrid/v1;sapgridv1\xaa\x02\nSapgrid.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,9 +34,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\016dev.sapgrid.v1B\nFrameProtoP\001Z#sapgrid/gen/go/sapgrid/v1;sapgridv1\252\002\nSapgrid.V1'
   _globals['_FRAME']._serialized_start=63
-  _globals['_FRAME']._serialized_end=256
-  _globals['_DELTA']._serialized_start=258
-  _globals['_DELTA']._serialized_end=381
-  _globals['_FRAMEERROR']._serialized_start=383
-  _globals['_FRAMEERROR']._serialized_end=456
+  _globals['_FRAME']._serialized_end=272
+  _globals['_DELTA']._serialized_start=275
+  _globals['_DELTA']._serialized_end=420
+  _globals['_FRAMEERROR']._serialized_start=422
+  _globals['_FRAMEERROR']._serialized_end=495
 # @@protoc_insertion_point(module_scope)

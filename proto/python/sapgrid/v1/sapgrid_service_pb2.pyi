@@ -154,6 +154,50 @@ class SubscribeRequest(_message.Message):
     region: _containers.RepeatedScalarFieldContainer[float]
     def __init__(self, world: _Optional[str] = ..., region: _Optional[_Iterable[float]] = ...) -> None: ...
 
+class SnapshotWorldRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class SnapshotWorldResponse(_message.Message):
+    __slots__ = ("chunk", "total_bytes", "frame")
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FRAME_FIELD_NUMBER: _ClassVar[int]
+    chunk: bytes
+    total_bytes: int
+    frame: int
+    def __init__(self, chunk: _Optional[bytes] = ..., total_bytes: _Optional[int] = ..., frame: _Optional[int] = ...) -> None: ...
+
+class RestoreWorldRequest(_message.Message):
+    __slots__ = ("name", "chunk")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    chunk: bytes
+    def __init__(self, name: _Optional[str] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class RestoreWorldResponse(_message.Message):
+    __slots__ = ("world",)
+    WORLD_FIELD_NUMBER: _ClassVar[int]
+    world: _world_pb2.WorldInfo
+    def __init__(self, world: _Optional[_Union[_world_pb2.WorldInfo, _Mapping]] = ...) -> None: ...
+
+class FreezeWorldRequest(_message.Message):
+    __slots__ = ("name", "frozen")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FROZEN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    frozen: bool
+    def __init__(self, name: _Optional[str] = ..., frozen: _Optional[bool] = ...) -> None: ...
+
+class FreezeWorldResponse(_message.Message):
+    __slots__ = ("world",)
+    WORLD_FIELD_NUMBER: _ClassVar[int]
+    world: _world_pb2.WorldInfo
+    def __init__(self, world: _Optional[_Union[_world_pb2.WorldInfo, _Mapping]] = ...) -> None: ...
+
 class SubscribeResponse(_message.Message):
     __slots__ = ("delta",)
     DELTA_FIELD_NUMBER: _ClassVar[int]

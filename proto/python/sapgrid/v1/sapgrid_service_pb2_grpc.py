@@ -85,6 +85,21 @@ class SapgridServiceStub:
                 request_serializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.SubscribeRequest.SerializeToString,
                 response_deserializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.SubscribeResponse.FromString,
                 _registered_method=True)
+        self.SnapshotWorld = channel.unary_stream(
+                '/sapgrid.v1.SapgridService/SnapshotWorld',
+                request_serializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.SnapshotWorldRequest.SerializeToString,
+                response_deserializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.SnapshotWorldResponse.FromString,
+                _registered_method=True)
+        self.RestoreWorld = channel.stream_unary(
+                '/sapgrid.v1.SapgridService/RestoreWorld',
+                request_serializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.RestoreWorldRequest.SerializeToString,
+                response_deserializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.RestoreWorldResponse.FromString,
+                _registered_method=True)
+        self.FreezeWorld = channel.unary_unary(
+                '/sapgrid.v1.SapgridService/FreezeWorld',
+                request_serializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.FreezeWorldRequest.SerializeToString,
+                response_deserializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.FreezeWorldResponse.FromString,
+                _registered_method=True)
 
 
 class SapgridServiceServicer:
@@ -165,6 +180,33 @@ class SapgridServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SnapshotWorld(self, request, context):
+        """The world's snapshot (the format is documented in the README, "Snapshot format"), in chunks,
+        taken between two frames: it holds every object, the frame counter, the writers' seqs and recent
+        deltas, and the pair digest.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestoreWorld(self, request_iterator, context):
+        """Create a world from a snapshot (the chunks of SnapshotWorld, in order), under the snapshot's name
+        or a new one. The restored world continues exactly like the original: the same next frames give
+        the same deltas, and its writers' seqs go on. ALREADY_EXISTS if the name is taken,
+        INVALID_ARGUMENT if the data is not a valid snapshot (nothing is created then).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FreezeWorld(self, request, context):
+        """Freeze a world (frames answered UNAVAILABLE "moving"; reads, snapshots and deletion still served)
+        or unfreeze it. Used to move a world between replicas without losing or repeating a frame.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SapgridServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -217,6 +259,21 @@ def add_SapgridServiceServicer_to_server(servicer, server):
                     servicer.Subscribe,
                     request_deserializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.SubscribeRequest.FromString,
                     response_serializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.SubscribeResponse.SerializeToString,
+            ),
+            'SnapshotWorld': grpc.unary_stream_rpc_method_handler(
+                    servicer.SnapshotWorld,
+                    request_deserializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.SnapshotWorldRequest.FromString,
+                    response_serializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.SnapshotWorldResponse.SerializeToString,
+            ),
+            'RestoreWorld': grpc.stream_unary_rpc_method_handler(
+                    servicer.RestoreWorld,
+                    request_deserializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.RestoreWorldRequest.FromString,
+                    response_serializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.RestoreWorldResponse.SerializeToString,
+            ),
+            'FreezeWorld': grpc.unary_unary_rpc_method_handler(
+                    servicer.FreezeWorld,
+                    request_deserializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.FreezeWorldRequest.FromString,
+                    response_serializer=sapgrid_dot_v1_dot_sapgrid__service__pb2.FreezeWorldResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -490,6 +547,87 @@ class SapgridService:
             '/sapgrid.v1.SapgridService/Subscribe',
             sapgrid_dot_v1_dot_sapgrid__service__pb2.SubscribeRequest.SerializeToString,
             sapgrid_dot_v1_dot_sapgrid__service__pb2.SubscribeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SnapshotWorld(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sapgrid.v1.SapgridService/SnapshotWorld',
+            sapgrid_dot_v1_dot_sapgrid__service__pb2.SnapshotWorldRequest.SerializeToString,
+            sapgrid_dot_v1_dot_sapgrid__service__pb2.SnapshotWorldResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestoreWorld(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/sapgrid.v1.SapgridService/RestoreWorld',
+            sapgrid_dot_v1_dot_sapgrid__service__pb2.RestoreWorldRequest.SerializeToString,
+            sapgrid_dot_v1_dot_sapgrid__service__pb2.RestoreWorldResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FreezeWorld(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sapgrid.v1.SapgridService/FreezeWorld',
+            sapgrid_dot_v1_dot_sapgrid__service__pb2.FreezeWorldRequest.SerializeToString,
+            sapgrid_dot_v1_dot_sapgrid__service__pb2.FreezeWorldResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -57,7 +57,14 @@ class FrameStats(_message.Message):
     def __init__(self, objects: _Optional[int] = ..., pairs: _Optional[int] = ..., created: _Optional[int] = ..., deleted: _Optional[int] = ..., swaps: _Optional[int] = ..., cells_touched: _Optional[int] = ..., cell_overflows: _Optional[int] = ..., validate_seconds: _Optional[float] = ..., rasterize_seconds: _Optional[float] = ..., apply_seconds: _Optional[float] = ..., merge_seconds: _Optional[float] = ..., engine_seconds: _Optional[float] = ..., queue_seconds: _Optional[float] = ..., server_seconds: _Optional[float] = ...) -> None: ...
 
 class WorldStats(_message.Message):
-    __slots__ = ("objects", "pairs", "frames", "frames_rejected", "queue_depth", "subscribers", "last_frame")
+    __slots__ = ("objects", "pairs", "frames", "frames_rejected", "queue_depth", "subscribers", "last_frame", "pairs_digest", "writers", "frozen")
+    class WritersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     OBJECTS_FIELD_NUMBER: _ClassVar[int]
     PAIRS_FIELD_NUMBER: _ClassVar[int]
     FRAMES_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +72,9 @@ class WorldStats(_message.Message):
     QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIBERS_FIELD_NUMBER: _ClassVar[int]
     LAST_FRAME_FIELD_NUMBER: _ClassVar[int]
+    PAIRS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    WRITERS_FIELD_NUMBER: _ClassVar[int]
+    FROZEN_FIELD_NUMBER: _ClassVar[int]
     objects: int
     pairs: int
     frames: int
@@ -72,7 +82,10 @@ class WorldStats(_message.Message):
     queue_depth: int
     subscribers: int
     last_frame: FrameStats
-    def __init__(self, objects: _Optional[int] = ..., pairs: _Optional[int] = ..., frames: _Optional[int] = ..., frames_rejected: _Optional[int] = ..., queue_depth: _Optional[int] = ..., subscribers: _Optional[int] = ..., last_frame: _Optional[_Union[FrameStats, _Mapping]] = ...) -> None: ...
+    pairs_digest: int
+    writers: _containers.ScalarMap[str, int]
+    frozen: bool
+    def __init__(self, objects: _Optional[int] = ..., pairs: _Optional[int] = ..., frames: _Optional[int] = ..., frames_rejected: _Optional[int] = ..., queue_depth: _Optional[int] = ..., subscribers: _Optional[int] = ..., last_frame: _Optional[_Union[FrameStats, _Mapping]] = ..., pairs_digest: _Optional[int] = ..., writers: _Optional[_Mapping[str, int]] = ..., frozen: _Optional[bool] = ...) -> None: ...
 
 class WorldInfo(_message.Message):
     __slots__ = ("name", "config", "stats", "generation")
