@@ -1,0 +1,278 @@
+/**
+ * The sapgrid client: worlds, frames (unary `step` and pipelined `stream`), queries, pairs and
+ * subscriptions over one gRPC channel (@grpc/grpc-js), with typed arrays in and out and typed errors.
+ */
+import * as grpc from "@grpc/grpc-js";
+import { Metadata, status } from "@grpc/grpc-js";
+
+import {
+  boxesArray, configMessage, deltaFrom, encodeFrame, idsArray, infoFrom, joinPairs, pairsArray, regionValues, u64,
+} from "./codec";
+import type { Delta, FrameInput, WorldInfo, WorldOptions } from "./codec";
+import { fromServiceError, makeError, SapgridError } from "./errors";
+import type { SapgridServiceClient } from "./generated/sapgrid/v1/SapgridService";
+import type { HealthClient } from "./generated/grpc/health/v1/Health";
+import type { ApplyFrameResponse__Output } from "./generated/sapgrid/v1/ApplyFrameResponse";
+import type { ListPairsResponse__Output } from "./generated/sapgrid/v1/ListPairsResponse";
+import type { ListWorldsResponse__Output } from "./generated/sapgrid/v1/ListWorldsResponse";
+import type { QueryRegionResponse__Output } from "./generated/sapgrid/v1/QueryRegionResponse";
+import type { WorldInfo__Output } from "./generated/sapgrid/v1/WorldInfo";
+
+type WithWorld = { world: WorldInfo__Output | null };
+import { contract } from "./proto";
+import { FrameStream } from "./stream";
+import type { StreamOptions } from "./stream";
+
+export const DEFAULT_ADDRESS = "127.0.0.1:50051";
+export const DEFAULT_MAX_MESSAGE_BYTES = 64 << 20;
+/** gRPC metadata header naming the world of a call (the cluster's proxy routes by it). */
+export const WORLD_HEADER = "x-sapgrid-world";
+const WORLD_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+
+export interface ClientOptions {
+  /** Default deadline of unary calls and pair listings, ms (default 60,000; 0: none). */
+  timeoutMs?: number;
+  /** gRPC message limit both ways (default 64 MiB, as the server's --max-message-bytes). */
+  maxMessageBytes?: number;
+  /** Channel credentials (default: insecure, for loopback and private networks). */
+  credentials?: grpc.ChannelCredentials;
+  /** Extra channel options of @grpc/grpc-js. */
+  channelOptions?: grpc.ChannelOptions;
+}
+
+/** Result of `query`: the sorted ids, their boxes when asked for, and the world's frame count then. */
+export interface QueryResult {
+  ids: BigUint64Array;
+  boxes: Float32Array;
+  frame: bigint;
+}
+
+/** One page of `listPairs`. */
+export interface PairsPage {
+  pairs: BigUint64Array;
+  nextPageToken: string;
+  totalPairs: bigint;
+  frame: bigint;
+}
+
+/** Every delta of a world from now on: `for await (const d of sub)`, `sub.cancel()` ends it. */
+export class Subscription implements AsyncIterable<Delta> {
+  private cancelled = false;
+
+  constructor(private readonly call: grpc.ClientReadableStream<{ delta: unknown }>) {
+    call.on("error", () => undefined); // errors surface through iteration
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<Delta> {
+    try {
+      for await (const resp of this.call) {
+        yield deltaFrom((resp as { delta: Parameters<typeof deltaFrom>[0] }).delta);
+      }
+    } catch (e) {
+      const err = fromServiceError(e as Error);
+      if (this.cancelled && err.code === status.CANCELLED) return;
+      throw err;
+    }
+  }
+
+  cancel(): void {
+    this.cancelled = true;
+    this.call.cancel();
+  }
+}
+
+type Unary<Req, Res> = (req: Req, md: Metadata, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res?: Res) => void) => grpc.ClientUnaryCall;
+
+export class Client {
+  readonly address: string;
+  readonly timeoutMs: number;
+  readonly maxMessageBytes: number;
+  /** The generated service stub (every method of the contract, snake_case fields as in the .proto). */
+  readonly stub: SapgridServiceClient;
+  private readonly healthStub: HealthClient;
+
+  constructor(address: string = DEFAULT_ADDRESS, opts: ClientOptions = {}) {
+    this.address = address;
+    this.timeoutMs = opts.timeoutMs ?? 60_000;
+    this.maxMessageBytes = opts.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+    const options: grpc.ChannelOptions = {
+      "grpc.max_send_message_length": this.maxMessageBytes,
+      "grpc.max_receive_message_length": this.maxMessageBytes,
+      "grpc.keepalive_time_ms": 30_000,
+      "grpc.keepalive_timeout_ms": 20_000,
+      "grpc.keepalive_permit_without_calls": 1,
+      ...opts.channelOptions,
+    };
+    const creds = opts.credentials ?? grpc.credentials.createInsecure();
+    const proto = contract();
+    this.stub = new proto.sapgrid.v1.SapgridService(address, creds, options);
+    // The health stub shares the service stub's channel.
+    this.healthStub = new proto.grpc.health.v1.Health(address, creds, { ...options, channelOverride: this.stub.getChannel() });
+  }
+
+  private metadata(world = ""): Metadata {
+    const md = new Metadata();
+    if (world && WORLD_NAME.test(world)) md.set(WORLD_HEADER, world);
+    return md;
+  }
+
+  private deadline(timeoutMs?: number): grpc.CallOptions {
+    const ms = timeoutMs ?? this.timeoutMs;
+    return ms > 0 ? { deadline: Date.now() + ms } : {};
+  }
+
+  private unary<Req, Res, T>(method: Unary<Req, Res>, request: Req, read: (r: Res) => T, world = "",
+    timeoutMs?: number): Promise<T> {
+    return new Promise((resolve, reject) => {
+      method.call(this.stub, request, this.metadata(world), this.deadline(timeoutMs), (err, res) => {
+        if (err) reject(fromServiceError(err));
+        else {
+          try {
+            resolve(read(res as Res));
+          } catch (e) {
+            reject(e);
+          }
+        }
+      });
+    });
+  }
+
+  /** Resolves when the channel is connected (rejects Unavailable after timeoutMs). */
+  waitReady(timeoutMs = 10_000): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.stub.waitForReady(Date.now() + timeoutMs, (err) => {
+        if (err) reject(makeError(status.UNAVAILABLE, `server ${this.address} not reachable: ${err.message}`));
+        else resolve();
+      });
+    });
+  }
+
+  /** The server's gRPC health status ("SERVING", "NOT_SERVING", ...) for a service ("" = the server). */
+  health(service = "", timeoutMs?: number): Promise<string> {
+    return new Promise((resolve, reject) => {
+      this.healthStub.Check({ service }, new Metadata(), this.deadline(timeoutMs), (err, res) => {
+        if (err) reject(fromServiceError(err));
+        else resolve(String(res?.status ?? "UNKNOWN"));
+      });
+    });
+  }
+
+  // ---- worlds ------------------------------------------------------------------------------------
+  /** Create a world (dims 2 or 3, bounds mins then maxs, cells per axis or none: the server picks). */
+  createWorld(name: string, opts: WorldOptions & { ifNotExists?: boolean } = {}): Promise<WorldInfo> {
+    const { ifNotExists, ...config } = opts;
+    return this.unary(this.stub.CreateWorld, { name, config: configMessage(config), if_not_exists: ifNotExists ?? false },
+      (r: WithWorld) => infoFrom(r.world), name);
+  }
+
+  deleteWorld(name: string): Promise<void> {
+    return this.unary(this.stub.DeleteWorld, { name }, () => undefined, name);
+  }
+
+  listWorlds(): Promise<WorldInfo[]> {
+    return this.unary(this.stub.ListWorlds, {}, (r: ListWorldsResponse__Output) => r.worlds.map(infoFrom));
+  }
+
+  /** The server's version (from ListWorlds' answer). */
+  serverVersion(): Promise<string> {
+    return this.unary(this.stub.ListWorlds, {}, (r: ListWorldsResponse__Output) => r.server_version);
+  }
+
+  getWorld(name: string): Promise<WorldInfo> {
+    return this.unary(this.stub.GetWorld, { name }, (r: WithWorld) => infoFrom(r.world), name);
+  }
+
+  // ---- frames ------------------------------------------------------------------------------------
+  /** Apply one frame with a unary call (seq default 0; writer: exactly-once frames, see Frame.writer). */
+  step(world: string, frame: FrameInput & { writer?: string } = {}, opts: { timeoutMs?: number } = {}): Promise<Delta> {
+    const { writer, ...arrays } = frame;
+    let msg;
+    try {
+      msg = encodeFrame(frame.world ?? world, u64(frame.seq ?? 0, "seq"), arrays, writer ?? "");
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this.unary(this.stub.ApplyFrame, { frame: msg }, (r: ApplyFrameResponse__Output) => deltaFrom(r.delta!), world, opts.timeoutMs);
+  }
+
+  /**
+   * Open a frame stream (frames name `world`). With `{writer, resume: true}` it returns a Promise of a
+   * resuming stream: it first asks GetWorld where the writer stands and numbers frames from there.
+   */
+  stream(world: string, opts: StreamOptions & { resume: true }): Promise<FrameStream>;
+  stream(world: string, opts?: StreamOptions): FrameStream;
+  stream(world: string, opts: StreamOptions = {}): FrameStream | Promise<FrameStream> {
+    if (!opts.resume) return new FrameStream(this, world, opts);
+    if (!opts.writer) {
+      throw makeError(status.INVALID_ARGUMENT, "resume: a resuming stream needs a writer (stream(world, {writer, resume: true}))", "writer");
+    }
+    return this.getWorld(world).then((info) => {
+      const last = info.writers.get(opts.writer!);
+      const first = last !== undefined ? last + 1n : u64(opts.firstSeq ?? 1, "firstSeq");
+      return new FrameStream(this, world, opts, first);
+    });
+  }
+
+  /** @internal The StreamFrames call of a FrameStream. */
+  openFrameCall(world: string, timeoutMs?: number) {
+    const opts: grpc.CallOptions = timeoutMs ? { deadline: Date.now() + timeoutMs } : {};
+    return this.stub.StreamFrames(this.metadata(world), opts);
+  }
+
+  // ---- queries and pairs -------------------------------------------------------------------------
+  /** Sorted ids of the live boxes intersecting region (2*dims numbers, mins then maxs); boxes if asked. */
+  query(world: string, region: ReadonlyArray<number> | Float32Array | Float64Array,
+    opts: { includeBoxes?: boolean } = {}): Promise<QueryResult> {
+    let values: number[];
+    try {
+      values = regionValues(region);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this.unary(this.stub.QueryRegion, { world, region: values, include_boxes: opts.includeBoxes ?? false },
+      (r: QueryRegionResponse__Output) => ({ ids: idsArray(r.ids), boxes: boxesArray(r.boxes), frame: BigInt(r.frame) }), world);
+  }
+
+  /** One page of the active pairs. */
+  listPairs(world: string, opts: { pageSize?: number; pageToken?: string } = {}): Promise<PairsPage> {
+    return this.unary(this.stub.ListPairs, { world, page_size: opts.pageSize ?? 0, page_token: opts.pageToken ?? "" },
+      (r: ListPairsResponse__Output) => ({ pairs: pairsArray(r.pairs), nextPageToken: r.next_page_token, totalPairs: BigInt(r.total_pairs),
+        frame: BigInt(r.frame) }), world);
+  }
+
+  /** All active pairs of one snapshot of the world, (low, high) rows sorted (streamed in chunks). */
+  pairs(world: string, opts: { chunkSize?: number; timeoutMs?: number } = {}): Promise<BigUint64Array> {
+    return new Promise((resolve, reject) => {
+      const call = this.stub.StreamPairs({ world, chunk_size: opts.chunkSize ?? 0 }, this.metadata(world),
+        this.deadline(opts.timeoutMs));
+      const chunks: Buffer[] = [];
+      call.on("data", (r) => chunks.push(r.pairs));
+      call.on("error", (err) => reject(fromServiceError(err)));
+      call.on("end", () => {
+        try {
+          resolve(joinPairs(chunks));
+        } catch (e) {
+          reject(e);
+        }
+      });
+    });
+  }
+
+  /**
+   * Every delta the world produces from now on (async iterable); with a region (2*dims numbers), the
+   * pairs entering and leaving the view of pairs with an object in it (the first delta holds the view).
+   */
+  subscribe(world: string, opts: { region?: ReadonlyArray<number>; timeoutMs?: number } = {}): Subscription {
+    const region = opts.region ? regionValues(opts.region) : [];
+    const call = this.stub.Subscribe({ world, region }, this.metadata(world),
+      opts.timeoutMs ? { deadline: Date.now() + opts.timeoutMs } : {});
+    return new Subscription(call as unknown as grpc.ClientReadableStream<{ delta: unknown }>);
+  }
+
+  close(): void {
+    this.healthStub.close();
+    this.stub.close();
+  }
+}
+
+export { SapgridError };

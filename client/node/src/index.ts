@@ -1,0 +1,16 @@
+/** sapgrid's Node.js client: see Client, FrameStream, the typed errors and pairsDigest. */
+export { Client, DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Subscription, WORLD_HEADER } from "./client";
+export type { ClientOptions, PairsPage, QueryResult } from "./client";
+export { FrameStream } from "./stream";
+export type { Backoff, StreamOptions } from "./stream";
+export {
+  AlreadyExists, Cancelled, DeadlineExceeded, FailedPrecondition, Internal, InvalidArgument, makeError, NotFound,
+  ResourceExhausted, SapgridError, splitField, Unavailable,
+} from "./errors";
+export { digestStep, pairsDigest, splitmix64 } from "./digest";
+export { boxesArray, idsArray, pairsArray } from "./codec";
+export type {
+  BitsInput, BoxesInput, Delta, FrameArrays, FrameInput, FrameStats, IdsInput, StaticInput, WorldConfigInfo, WorldInfo,
+  WorldOptions,
+} from "./codec";
+export { PROTO_DIR } from "./proto";
