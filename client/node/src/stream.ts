@@ -146,6 +146,23 @@ export class FrameStream {
     return seq;
   }
 
+  /**
+   * Send a ready Frame message as is (snake_case fields of the .proto, bulk fields as Buffers: e.g. the
+   * exact bytes of a conformance vector); returns its seq. Not on a writer's stream (it numbers frames).
+   */
+  sendMessage(frame: Frame): bigint {
+    if (this.closed) throw makeError(status.CANCELLED, "send: the stream is closed");
+    if (this.failure) throw this.failure;
+    if (this.writer) {
+      throw makeError(status.INVALID_ARGUMENT, "sendMessage: a writer's stream numbers its frames; use send()", "frame");
+    }
+    const seq = u64(BigInt(String(frame.seq ?? 0)), "seq");
+    const request: StreamFramesRequest = { frame: { world: this.world, ...frame } };
+    this.pending.push({ seq, request });
+    if (this.call && !this.reconnecting) this.call.write(request);
+    return seq;
+  }
+
   /** The answer to the oldest unanswered frame; rejects with its typed error if it was refused. */
   recv(): Promise<Delta> {
     const answer = this.answers.shift();

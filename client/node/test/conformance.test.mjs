@@ -1,0 +1,116 @@
+// The shared conformance vectors (conformance/vectors/*.json at the repository's root, and this
+// package's own test/vectors/*.json), and the Python-parity scenario the pytest side records with the
+// Python client (SAPGRID_PARITY_VECTOR): every frame's answer must match byte for byte (created and
+// deleted pairs, frame, objects, pairs, digest; or the error's code, field and index), then the final
+// pair list.
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { Client, SapgridError, digestStep } from "../dist/index.js";
+import { address, fromHex, hex, worldName } from "./helpers.mjs";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const FRAME_FIELDS = ["remove_ids", "add_ids", "add_boxes", "add_category", "add_mask", "add_static", "update_ids",
+  "update_boxes"];
+
+function vectorFiles() {
+  const files = [];
+  for (const dir of [path.resolve(here, "..", "..", "..", "conformance", "vectors"), path.join(here, "vectors")]) {
+    if (existsSync(dir)) {
+      for (const n of readdirSync(dir).filter((n) => n.endsWith(".json")).sort()) files.push(path.join(dir, n));
+    }
+  }
+  if (process.env.SAPGRID_PARITY_VECTOR) files.push(process.env.SAPGRID_PARITY_VECTOR);
+  return files;
+}
+
+const client = new Client(address());
+after(() => client.close());
+
+async function allPairs(world) {
+  const pages = [];
+  let token = "";
+  for (let i = 0; i < 10_000; i++) {
+    const page = await client.listPairs(world, { pageToken: token });
+    pages.push(Buffer.from(page.pairs.buffer, page.pairs.byteOffset, page.pairs.byteLength));
+    token = page.nextPageToken;
+    if (!token) break;
+  }
+  return Buffer.concat(pages).toString("hex");
+}
+
+// Each field of a frame as the typed array a user would pass, or null when its bytes are not a whole
+// number of elements (a vector of malformed input).
+const TYPED = {
+  remove_ids: ["removeIds", BigUint64Array], add_ids: ["addIds", BigUint64Array], add_boxes: ["addBoxes", Float32Array],
+  add_category: ["addCategory", Uint32Array], add_mask: ["addMask", Uint32Array], add_static: ["addStatic", Uint8Array],
+  update_ids: ["updateIds", BigUint64Array], update_boxes: ["updateBoxes", Float32Array],
+};
+
+function typedFrame(frame) {
+  const out = {};
+  for (const [k, [key, Type]] of Object.entries(TYPED)) {
+    if (!frame[k]) continue;
+    const bytes = new Uint8Array(fromHex(frame[k])); // a fresh, aligned copy
+    if (bytes.byteLength % Type.BYTES_PER_ELEMENT !== 0) return null;
+    out[key] = new Type(bytes.buffer, 0, bytes.byteLength / Type.BYTES_PER_ELEMENT);
+  }
+  return out;
+}
+
+export async function runVector(v, where) {
+  const name = worldName(v.name.replace(/[^A-Za-z0-9_.-]/g, "_").slice(0, 40));
+  const w = v.world;
+  await client.createWorld(name, {
+    dims: w.dims, bounds: w.bounds, cells: w.cells, threads: w.threads, maxObjects: w.max_objects,
+    coordLimit: w.coord_limit, expectedObjects: w.expected_objects,
+  });
+  try {
+    const stream = client.stream(name);
+    // Pipelined: every frame sent ahead, answers read in order.
+    for (const step of v.steps) {
+      const arrays = typedFrame(step.frame);
+      if (arrays && !step.frame.writer) {
+        stream.send({ ...arrays, seq: BigInt(step.frame.seq ?? 0) }); // the typed-array path users take
+      } else {
+        const f = { seq: String(step.frame.seq ?? 0), writer: step.frame.writer ?? "", world: name };
+        for (const k of FRAME_FIELDS) f[k] = fromHex(step.frame[k]);
+        stream.sendMessage(f); // bytes no typed array can hold (e.g. 7 bytes of ids): sent as they are
+      }
+    }
+    let mirror = 0n;
+    for (const [i, step] of v.steps.entries()) {
+      const at = `${where} step ${i} (seq ${step.frame.seq})`;
+      const e = step.expect;
+      if (e.error) {
+        const err = await stream.recv().then(() => null, (x) => x);
+        assert.ok(err instanceof SapgridError, `${at}: expected error ${JSON.stringify(e.error)}, got a delta`);
+        assert.deepEqual({ code: err.code, field: err.field, index: err.index },
+          { code: e.error.code, field: e.error.field ?? "", index: e.error.index ?? -1 }, `${at}: ${err.message}`);
+        continue;
+      }
+      const d = await stream.recv();
+      assert.equal(d.seq, BigInt(step.frame.seq ?? 0), `${at}: seq`);
+      assert.equal(hex(d.created), e.created ?? "", `${at}: created`);
+      assert.equal(hex(d.deleted), e.deleted ?? "", `${at}: deleted`);
+      if (e.frame !== undefined) assert.equal(d.frame, BigInt(e.frame), `${at}: frame`);
+      if (e.objects !== undefined) assert.equal(d.stats.objects, e.objects, `${at}: objects`);
+      if (e.pairs !== undefined) assert.equal(d.stats.pairs, e.pairs, `${at}: pairs`);
+      if (e.pairs_digest !== undefined) assert.equal(d.pairsDigest, BigInt(e.pairs_digest), `${at}: pairs_digest`);
+      mirror = digestStep(mirror, d.created, d.deleted);
+      if (e.mirror_digest !== undefined) assert.equal(mirror, BigInt(e.mirror_digest), `${at}: mirror digest`);
+    }
+    stream.close();
+    assert.equal(await allPairs(name), v.final_pairs ?? "", `${where}: final pairs`);
+  } finally {
+    await client.deleteWorld(name);
+  }
+}
+
+for (const file of vectorFiles()) {
+  const v = JSON.parse(readFileSync(file, "utf8"));
+  test(`vector ${v.name}`, () => runVector(v, path.basename(file)));
+}

@@ -1,0 +1,160 @@
+"""The Node.js client (client/node) against a real sapgrid server.
+
+Runs the package's own tests (``node --test``) with the server's address in ``SAPGRID_ADDRESS``: the
+codec and digest, every call of the client, the conformance vectors, and a scenario recorded here with
+the Python client (random frames with adds, moves, removes, filters, static objects, ids past 2^53 and
+refused frames) whose every answer and final pair list the Node client must reproduce byte for byte.
+Node.js and the package's npm dependencies come from scripts/setup.d/50-node-client.sh; without them the
+test is skipped, and fails under CI=true.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sapgrid.client import Client
+from sapgrid.client.errors import SapgridError
+from sapgrid.layout import digest_step
+from sapgrid.v1 import frame_pb2
+
+ROOT = Path(__file__).resolve().parents[1]
+NODE_DIR = ROOT / "client" / "node"
+FIELDS = ("remove_ids", "add_ids", "add_boxes", "add_category", "add_mask", "add_static", "update_ids",
+          "update_boxes")
+# What the build reads: a newer one than dist/index.js means the package is rebuilt before the tests.
+BUILD_INPUTS = ("src/*.ts", "scripts/build.mjs", "tsconfig.json", "package-lock.json")
+
+
+def _missing() -> str | None:
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            return f"{tool} not found: run ./scripts/setup.sh (scripts/setup.d/50-node-client.sh installs Node.js)"
+    if not (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir():
+        return "client/node has no node_modules: run ./scripts/setup.sh (npm ci in client/node)"
+    return None
+
+
+def _build_if_stale() -> None:
+    built = NODE_DIR / "dist" / "index.js"
+    inputs = [p for pattern in BUILD_INPUTS for p in NODE_DIR.glob(pattern)]
+    inputs += list((ROOT / "proto" / "sapgrid" / "v1").glob("*.proto"))
+    if built.exists() and all(p.stat().st_mtime <= built.stat().st_mtime for p in inputs):
+        return
+    run = subprocess.run(["npm", "run", "build"], cwd=NODE_DIR, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"npm run build failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+
+
+def record_vector(client: Client, name: str, world: dict, frames: list[dict]) -> dict:
+    """Run frames (dicts of seq and field bytes) through the Python client on a fresh world and return
+    a conformance vector (conformance/vectors format) of what it answered."""
+    wname = f"py-{name}-{uuid.uuid4().hex[:6]}"
+    client.create_world(wname, dims=world["dims"], bounds=world["bounds"], cells=world.get("cells"))
+    steps, digest = [], 0
+    try:
+        with client.stream(wname) as s:
+            for f in frames:
+                s.send_message(frame_pb2.Frame(world=wname, seq=f["seq"], **{k: f[k] for k in FIELDS if k in f}))
+            for f in frames:
+                try:
+                    d = s.recv()
+                except SapgridError as e:
+                    expect = {"error": {"code": e.code.value[0], "field": e.field, "index": e.index}}
+                else:
+                    digest = digest_step(digest, d.created, d.deleted)
+                    expect = {"created": d.created.tobytes().hex(), "deleted": d.deleted.tobytes().hex(),
+                              "frame": d.frame, "objects": d.stats.objects, "pairs": d.stats.pairs,
+                              "mirror_digest": str(digest)}
+                    if getattr(d, "pairs_digest", None) is not None:
+                        expect["pairs_digest"] = str(d.pairs_digest)
+                steps.append({"frame": {"seq": f["seq"], "writer": "",
+                                        **{k: f[k].hex() for k in FIELDS if f.get(k)}}, "expect": expect})
+        final = client.pairs(wname).tobytes().hex()
+    finally:
+        client.delete_world(wname)
+    return {"name": name, "description": "recorded with the Python client", "world": world, "steps": steps,
+            "final_pairs": final}
+
+
+def parity_frames(rng: np.random.Generator, n_start: int = 300, n_frames: int = 30) -> list[dict]:
+    """Random frames of a 200x200 world: ids past 2^53, moves of 30% of the objects, removes and adds
+    with category/mask/static, and three refused frames (a live id added, an unknown id moved, a box
+    with min > max) that must change nothing."""
+    base = np.uint64(1 << 60)
+
+    def boxes(n):
+        lo = rng.uniform(0, 190, (n, 2)).astype(np.float32)
+        return np.concatenate([lo, lo + rng.uniform(1, 8, (n, 2)).astype(np.float32)], axis=1)
+
+    live = list(range(n_start))
+    next_id = n_start
+    frames = [{"seq": 1, "add_ids": (base + np.arange(n_start, dtype=np.uint64)).tobytes(),
+               "add_boxes": boxes(n_start).tobytes()}]
+    for seq in range(2, n_frames + 1):
+        f: dict = {"seq": seq}
+        if seq == 7:      # adds a live id: refused, add_ids[1]
+            f["add_ids"] = (base + np.array([next_id, live[0]], np.uint64)).tobytes()
+            f["add_boxes"] = boxes(2).tobytes()
+        elif seq == 13:   # moves an unknown id: refused, update_ids[2]
+            f["update_ids"] = (base + np.array([live[3], live[4], 10**6], np.uint64)).tobytes()
+            f["update_boxes"] = boxes(3).tobytes()
+        elif seq == 19:   # min > max: refused, update_boxes[1]
+            bad = boxes(2)
+            bad[1, 0] = bad[1, 2] + 1
+            f["update_ids"] = (base + np.array(live[5:7], np.uint64)).tobytes()
+            f["update_boxes"] = bad.tobytes()
+        else:
+            moved = rng.choice(live, size=len(live) * 3 // 10, replace=False)
+            gone = rng.choice(np.setdiff1d(live, moved), size=8, replace=False)
+            f["remove_ids"] = (base + gone.astype(np.uint64)).tobytes()
+            f["update_ids"] = (base + moved.astype(np.uint64)).tobytes()
+            f["update_boxes"] = boxes(len(moved)).tobytes()
+            new = np.arange(next_id, next_id + 10, dtype=np.uint64)
+            next_id += 10
+            f["add_ids"] = (base + new).tobytes()
+            f["add_boxes"] = boxes(10).tobytes()
+            f["add_category"] = rng.choice(np.array([1, 2, 3], np.uint32), 10).tobytes()
+            f["add_mask"] = rng.choice(np.array([1, 2, 0xFFFFFFFF], np.uint32), 10).tobytes()
+            f["add_static"] = (rng.random(10) < 0.3).astype(np.uint8).tobytes()
+            live = sorted(set(live) - set(gone.tolist())) + new.astype(int).tolist()
+        frames.append(f)
+    return frames
+
+
+def _tap_counts(out: str) -> dict[str, int]:
+    return {k: int(v) for k, v in re.findall(r"^# (tests|pass|fail|cancelled|skipped|todo) (\d+)$", out, re.M)}
+
+
+def test_node_client_against_a_real_server(server, tmp_path):
+    missing = _missing()
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(missing)
+        pytest.skip(missing)
+    _build_if_stale()
+    world = {"dims": 2, "bounds": [0.0, 0.0, 200.0, 200.0], "cells": [8, 8]}
+    with Client(server.address, timeout=120) as c:
+        vector = record_vector(c, "python-parity", world, parity_frames(np.random.default_rng(2024)))
+    errors = [s["expect"]["error"] for s in vector["steps"] if "error" in s["expect"]]
+    assert [(e["field"], e["index"]) for e in errors] == [("add_ids", 1), ("update_ids", 2), ("update_boxes", 1)]
+    assert vector["final_pairs"] and all(s["expect"].get("created") for s in vector["steps"][:1])
+    parity = tmp_path / "python-parity.json"
+    parity.write_text(json.dumps(vector))
+
+    env = dict(os.environ, SAPGRID_ADDRESS=server.address, SAPGRID_PARITY_VECTOR=str(parity))
+    run = subprocess.run(["node", "--test", "--test-reporter=tap", "--test-concurrency=1",
+                          *sorted(p.name for p in (NODE_DIR / "test").glob("*.test.mjs"))], cwd=NODE_DIR / "test",
+                         capture_output=True, text=True, timeout=600, env=env)
+    out = run.stdout + run.stderr
+    counts = _tap_counts(run.stdout)
+    assert run.returncode == 0 and counts.get("fail") == 0, out[-6000:]
+    assert counts.get("skipped") == 0 and counts.get("todo") == 0 and counts.get("cancelled") == 0, out[-6000:]
+    assert counts.get("pass", 0) >= 10, out[-6000:]
+    assert re.search(r"^ok \d+ - vector python-parity$", run.stdout, re.M), out[-6000:]
