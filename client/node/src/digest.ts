@@ -5,7 +5,7 @@
  * `digestStep(digest, delta.created, delta.deleted) === delta.pairsDigest`.
  *
  * 64-bit arithmetic on two uint32 halves (Math.imul and 16-bit partial products for the high word)
- * rather than BigInt, which allocates per operation: about 20x faster over large pair lists.
+ * rather than BigInt, which allocates per operation: 4x faster (100,000 pairs in ~10 ms on the development VM).
  */
 import { status } from "@grpc/grpc-js";
 import { makeError } from "./errors";

@@ -324,3 +324,20 @@ test("what the client refuses itself: message limit, seq on a writer's stream, r
   assert.throws(() => client.stream(name, { resume: true }), (e) => e instanceof InvalidArgument && e.field === "writer");
   await client.deleteWorld(name);
 });
+
+test("the README's example runs as written (examples/quickstart.mjs)", async () => {
+  const { execFile } = await import("node:child_process");
+  const { fileURLToPath } = await import("node:url");
+  const script = fileURLToPath(new URL("../examples/quickstart.mjs", import.meta.url));
+  const out = await new Promise((resolve, reject) => {
+    execFile(process.execPath, [script, address()], { timeout: 60_000 }, (err, stdout, stderr) =>
+      (err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout)));
+  });
+  assert.deepEqual(out.trim().split("\n"), [
+    "BigUint64Array(2) [ 1n, 2n ]",
+    "true add_boxes 0 add_boxes[0]: min > max on axis 0",
+    "BigUint64Array(2) [ 1n, 2n ] 0 2n",
+    "BigUint64Array(1) [ 1n ]",
+    "true",
+  ]);
+});
