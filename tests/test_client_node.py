@@ -4,6 +4,8 @@ Runs the package's own tests (``node --test``) with the server's address in ``SA
 codec and digest, every call of the client, the conformance vectors, and a scenario recorded here with
 the Python client (random frames with adds, moves, removes, filters, static objects, ids past 2^53 and
 refused frames) whose every answer and final pair list the Node client must reproduce byte for byte.
+Then the resuming writer streams (client/node/test/resume.test.mjs), against servers with a data
+directory that the node tests start, cut off (a TCP relay) and kill themselves (``SAPGRID_SERVE``).
 Node.js and the package's npm dependencies come from scripts/setup.d/50-node-client.sh; without them the
 test is skipped, and fails under CI=true.
 """
@@ -14,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -132,13 +135,29 @@ def _tap_counts(out: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"^# (tests|pass|fail|cancelled|skipped|todo) (\d+)$", out, re.M)}
 
 
-def test_node_client_against_a_real_server(server, tmp_path):
+def _run_node_tests(files: list[str], env: dict) -> str:
+    """node --test on client/node/test/FILES; asserts every test passed (none skipped); returns the TAP output."""
+    run = subprocess.run(["node", "--test", "--test-reporter=tap", "--test-concurrency=1", *files],
+                         cwd=NODE_DIR / "test", capture_output=True, text=True, timeout=900, env=dict(os.environ, **env))
+    out = run.stdout + run.stderr
+    counts = _tap_counts(run.stdout)
+    assert run.returncode == 0 and counts.get("fail") == 0, out[-6000:]
+    assert counts.get("skipped") == 0 and counts.get("todo") == 0 and counts.get("cancelled") == 0, out[-6000:]
+    assert counts.get("pass", 0) >= 1, out[-6000:]
+    return run.stdout
+
+
+def _need_node() -> None:
     missing = _missing()
     if missing:
         if os.environ.get("CI") == "true":
             pytest.fail(missing)
         pytest.skip(missing)
     _build_if_stale()
+
+
+def test_node_client_against_a_real_server(server, tmp_path):
+    _need_node()
     world = {"dims": 2, "bounds": [0.0, 0.0, 200.0, 200.0], "cells": [8, 8]}
     with Client(server.address, timeout=120) as c:
         vector = record_vector(c, "python-parity", world, parity_frames(np.random.default_rng(2024)))
@@ -147,14 +166,19 @@ def test_node_client_against_a_real_server(server, tmp_path):
     assert vector["final_pairs"] and all(s["expect"].get("created") for s in vector["steps"][:1])
     parity = tmp_path / "python-parity.json"
     parity.write_text(json.dumps(vector))
+    out = _run_node_tests(["codec.test.mjs", "client.test.mjs", "conformance.test.mjs"],
+                          {"SAPGRID_ADDRESS": server.address, "SAPGRID_PARITY_VECTOR": str(parity)})
+    assert _tap_counts(out)["pass"] >= 14, out[-3000:]
+    assert re.search(r"^ok \d+ - vector python-parity$", out, re.M), out[-3000:]
+    assert re.search(r"^ok \d+ - vector node-basic-2d$", out, re.M), out[-3000:]
 
-    env = dict(os.environ, SAPGRID_ADDRESS=server.address, SAPGRID_PARITY_VECTOR=str(parity))
-    run = subprocess.run(["node", "--test", "--test-reporter=tap", "--test-concurrency=1",
-                          *sorted(p.name for p in (NODE_DIR / "test").glob("*.test.mjs"))], cwd=NODE_DIR / "test",
-                         capture_output=True, text=True, timeout=600, env=env)
-    out = run.stdout + run.stderr
-    counts = _tap_counts(run.stdout)
-    assert run.returncode == 0 and counts.get("fail") == 0, out[-6000:]
-    assert counts.get("skipped") == 0 and counts.get("todo") == 0 and counts.get("cancelled") == 0, out[-6000:]
-    assert counts.get("pass", 0) >= 10, out[-6000:]
-    assert re.search(r"^ok \d+ - vector python-parity$", run.stdout, re.M), out[-6000:]
+
+def test_node_client_resumes_writer_streams(tmp_path):
+    """Resuming writer streams against servers the node tests start, cut off and kill (--data-dir)."""
+    _need_node()
+    sapgrid = Path(sys.executable).with_name("sapgrid")
+    helped = subprocess.run([str(sapgrid), "serve", "--help"], capture_output=True, text=True, timeout=60)
+    if "--data-dir" not in helped.stdout:
+        pytest.skip("this server has no durable worlds (sapgrid serve --data-dir): resume needs them")
+    out = _run_node_tests(["resume.test.mjs"], {"SAPGRID_SERVE": str(sapgrid)})
+    assert _tap_counts(out)["pass"] == 3, out[-3000:]

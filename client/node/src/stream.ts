@@ -93,6 +93,10 @@ export class FrameStream {
   private readonly backoff: Required<Backoff>;
   /** Reconnections made so far (resuming streams). */
   reconnects = 0;
+  /** Frames sent again after a reconnection, and how many of them the server had applied already
+   * (answered with the deltas it kept, not applied again). */
+  resent = 0;
+  resentApplied = 0;
 
   constructor(private readonly host: StreamHost, world: string, private readonly opts: StreamOptions = {},
     firstSeq?: bigint) {
@@ -296,7 +300,11 @@ export class FrameStream {
       this.reconnects++;
       this.reconnecting = false;
       this.call = this.open();
-      for (const p of this.pending) this.call.write(p.request);
+      for (const p of this.pending) {
+        this.call.write(p.request);
+        this.resent++;
+        if (p.seq <= stands) this.resentApplied++;
+      }
       return;
     }
     this.reconnecting = false;

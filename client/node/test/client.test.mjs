@@ -56,13 +56,13 @@ async function rejection(promise) {
   assert.fail("expected the call to be refused");
 }
 
-test("health, version and readiness", async () => {
+test("health, version and readiness", { timeout: 120_000 }, async () => {
   await client.waitReady(10_000);
   assert.equal(await client.health(), "SERVING");
   assert.match(await client.serverVersion(), /^\d+\.\d+\.\d+/);
 });
 
-test("worlds: create with snake_case config fields on the wire, get, list, refuse, delete", async () => {
+test("worlds: create with snake_case config fields on the wire, get, list, refuse, delete", { timeout: 120_000 }, async () => {
   const name = worldName("worlds");
   const info = await client.createWorld(name, { dims: 3, bounds: [0, 0, 0, 50, 50, 50], expectedObjects: 200_000, maxObjects: 3 });
   assert.equal(info.name, name);
@@ -103,7 +103,7 @@ test("worlds: create with snake_case config fields on the wire, get, list, refus
   assert.ok(!(await client.listWorlds()).some((w) => w.name === name));
 });
 
-test("a pipelined stream: 40 frames sent ahead, answered in order, pairs equal a brute-force oracle", async () => {
+test("a pipelined stream: 40 frames sent ahead, answered in order, pairs equal a brute-force oracle", { timeout: 120_000 }, async () => {
   const name = worldName("stream");
   await client.createWorld(name, { dims: 2, bounds: [0, 0, 100, 100], cells: [4, 4] });
   const rnd = lcg(11);
@@ -149,7 +149,7 @@ test("a pipelined stream: 40 frames sent ahead, answered in order, pairs equal a
   await client.deleteWorld(name);
 });
 
-test("refused frames: typed errors with field and index, the world unchanged, the stream goes on", async () => {
+test("refused frames: typed errors with field and index, the world unchanged, the stream goes on", { timeout: 120_000 }, async () => {
   const name = worldName("errors");
   await client.createWorld(name, { dims: 2, bounds: [0, 0, 10, 10], cells: [2, 2] });
   const s = client.stream(name);
@@ -193,7 +193,7 @@ test("refused frames: typed errors with field and index, the world unchanged, th
   await client.deleteWorld(name);
 });
 
-test("unary step, query with and without boxes, pairs paged and streamed", async () => {
+test("unary step, query with and without boxes, pairs paged and streamed", { timeout: 120_000 }, async () => {
   const name = worldName("query");
   await client.createWorld(name, { dims: 2, bounds: [0, 0, 100, 100], cells: [8, 8] });
   const rnd = lcg(5);
@@ -246,7 +246,7 @@ async function waitSubscribers(name, count) {
   assert.fail(`world ${name} never had ${count} subscribers`);
 }
 
-test("subscribe: every delta of the world, in order, as the writer got it; region views; cancel", async () => {
+test("subscribe: every delta of the world, in order, as the writer got it; region views; cancel", { timeout: 120_000 }, async () => {
   const name = worldName("sub");
   await client.createWorld(name, { dims: 2, bounds: [0, 0, 100, 100], cells: [4, 4] });
   const sub = client.subscribe(name);
@@ -303,7 +303,7 @@ test("subscribe: every delta of the world, in order, as the writer got it; regio
   assert.ok(ended instanceof NotFound, String(ended));
 });
 
-test("what the client refuses itself: message limit, seq on a writer's stream, resume without a writer", async () => {
+test("what the client refuses itself: message limit, seq on a writer's stream, resume without a writer", { timeout: 120_000 }, async () => {
   const name = worldName("limits");
   await client.createWorld(name, { dims: 2, bounds: [0, 0, 100, 100], cells: [2, 2] });
   const small = new Client(address(), { maxMessageBytes: 4096 });
@@ -325,7 +325,7 @@ test("what the client refuses itself: message limit, seq on a writer's stream, r
   await client.deleteWorld(name);
 });
 
-test("the README's example runs as written (examples/quickstart.mjs)", async () => {
+test("the README's example runs as written (examples/quickstart.mjs)", { timeout: 120_000 }, async () => {
   const { execFile } = await import("node:child_process");
   const { fileURLToPath } = await import("node:url");
   const script = fileURLToPath(new URL("../examples/quickstart.mjs", import.meta.url));

@@ -112,5 +112,5 @@ export async function runVector(v, where) {
 
 for (const file of vectorFiles()) {
   const v = JSON.parse(readFileSync(file, "utf8"));
-  test(`vector ${v.name}`, () => runVector(v, path.basename(file)));
+  test(`vector ${v.name}`, { timeout: 120_000 }, () => runVector(v, path.basename(file)));
 }

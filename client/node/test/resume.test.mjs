@@ -1,0 +1,280 @@
+// Exactly-once writer streams that resume (`stream(world, {writer, resume: true})`) against real
+// servers with a data directory, started here from SAPGRID_SERVE (the `sapgrid` command): the
+// connection cut under a pipeline of frames (a TCP relay between client and server drops every
+// socket), and the server killed and started again on its data directory. Every delta must reach
+// `recv` once, in order, equal to the deltas of the same frames on an undisturbed world, and no frame
+// may be applied twice. Also: seq gaps and refused frames of a writer.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+
+import { Client, FailedPrecondition, InvalidArgument } from "../dist/index.js";
+import { worldName } from "./helpers.mjs";
+
+const SERVE = process.env.SAPGRID_SERVE;
+if (!SERVE) {
+  throw new Error("SAPGRID_SERVE (the sapgrid command) is not set: run these tests through tests/test_client_node.py");
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** A `sapgrid serve` process on 127.0.0.1:port with a data directory, SERVING when this resolves. */
+async function startServer(port, dataDir) {
+  const proc = spawn(SERVE, ["serve", "--listen", `127.0.0.1:${port}`, "--metrics-port", "-1", "--data-dir", dataDir,
+    "--grace-seconds", "1"], { stdio: ["ignore", "pipe", "pipe"] });
+  let log = "";
+  proc.stdout.on("data", (b) => (log += b));
+  proc.stderr.on("data", (b) => (log += b));
+  const probe = new Client(`127.0.0.1:${port}`, { timeoutMs: 2000 });
+  try {
+    for (let i = 0; i < 600; i++) {
+      if (proc.exitCode !== null) throw new Error(`sapgrid serve exited ${proc.exitCode}:\n${log}`);
+      try {
+        if ((await probe.health()) === "SERVING") return proc;
+      } catch { /* not up yet */ }
+      await sleep(100);
+    }
+    throw new Error(`sapgrid serve did not become SERVING in 60 s:\n${log}`);
+  } finally {
+    probe.close();
+  }
+}
+
+async function stopServer(proc, signal = "SIGTERM") {
+  if (proc.exitCode !== null || proc.signalCode !== null) return;
+  const exited = new Promise((r) => proc.once("exit", r));
+  proc.kill(signal);
+  const timer = setTimeout(() => proc.kill("SIGKILL"), 20_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+/**
+ * A TCP relay to 127.0.0.1:target. hold() keeps the server's bytes from the client (frames reach the
+ * server and are applied, their answers wait in the relay); cut() drops every connection with what it
+ * held, and the relay relays new connections again.
+ */
+async function startRelay(target) {
+  const sockets = new Set();
+  let held = false;
+  const server = net.createServer((down) => {
+    const up = net.connect(target, "127.0.0.1");
+    for (const [a, b] of [[down, up], [up, down]]) {
+      sockets.add(a);
+      a.on("error", () => b.destroy());
+      a.on("close", () => { sockets.delete(a); b.destroy(); });
+    }
+    down.on("data", (chunk) => up.write(chunk));
+    up.on("data", (chunk) => { if (!held) down.write(chunk); });
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  return {
+    address: `127.0.0.1:${server.address().port}`,
+    hold() {
+      held = true;
+    },
+    cut() {
+      const n = sockets.size;
+      for (const s of sockets) s.destroy();
+      held = false;
+      return n;
+    },
+    close: () => new Promise((r) => { for (const s of sockets) s.destroy(); server.close(r); }),
+  };
+}
+
+function lcg(seed) {
+  let s = seed >>> 0;
+  return () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32);
+}
+
+/** n frames of a 200-object world: all added, then 30% moved each frame. */
+function makeFrames(n, seed) {
+  const rnd = lcg(seed);
+  const N = 200;
+  const ids = BigUint64Array.from({ length: N }, (_, i) => BigInt(i + 1));
+  const boxes = (k) => {
+    const b = new Float32Array(4 * k);
+    for (let i = 0; i < k; i++) {
+      const x = rnd() * 100, y = rnd() * 100;
+      b.set([x, y, x + 1 + rnd() * 6, y + 1 + rnd() * 6], 4 * i);
+    }
+    return b;
+  };
+  const frames = [{ addIds: ids, addBoxes: boxes(N) }];
+  for (let k = 1; k < n; k++) {
+    const moved = ids.filter(() => rnd() < 0.3);
+    frames.push({ updateIds: moved, updateBoxes: boxes(moved.length) });
+  }
+  return frames;
+}
+
+function summary(d) {
+  return { seq: d.seq, frame: d.frame, created: [...d.created], deleted: [...d.deleted], objects: d.stats.objects,
+    pairs: d.stats.pairs, digest: d.pairsDigest };
+}
+
+/** The deltas of frames on a fresh world through a plain stream (nothing disturbed). */
+async function reference(client, frames) {
+  const name = worldName("ref");
+  await client.createWorld(name, { dims: 2, bounds: [0, 0, 100, 100], cells: [4, 4] });
+  const s = client.stream(name, { writer: "ref" });
+  frames.forEach((f) => s.send(f));
+  const out = [];
+  for (let k = 0; k < frames.length; k++) out.push(summary(await s.recv()));
+  s.close();
+  await client.deleteWorld(name);
+  return out;
+}
+
+let port, dataDir, server;
+
+before(async () => {
+  port = await freePort();
+  dataDir = mkdtempSync(path.join(os.tmpdir(), "sapgrid-node-resume-"));
+  server = await startServer(port, dataDir);
+});
+
+after(async () => {
+  if (server) await stopServer(server);
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+/** Resolves once the world has applied `seq` frames of `writer` (bounded wait). */
+async function waitApplied(client, name, writer, seq) {
+  for (let i = 0; i < 400; i++) {
+    if ((await client.getWorld(name)).writers.get(writer) === seq) return;
+    await sleep(25);
+  }
+  assert.fail(`writer ${writer} of ${name} never reached seq ${seq}`);
+}
+
+test("resume across cut connections: each delta once, in order, as on an undisturbed world", { timeout: 120_000 }, async () => {
+  const relay = await startRelay(port);
+  const direct = new Client(`127.0.0.1:${port}`);
+  const c = new Client(relay.address);
+  try {
+    const frames = makeFrames(50, 1);
+    const want = await reference(direct, frames);
+    const name = worldName("cut");
+    await c.createWorld(name, { dims: 2, bounds: [0, 0, 100, 100], cells: [4, 4] });
+    const s = await c.stream(name, { writer: "game-1", resume: true, backoff: { initialMs: 20, maxMs: 200 } });
+    const got = [];
+    // 1. Twelve frames applied by the server whose answers never reach the client.
+    relay.hold();
+    for (const f of frames.slice(0, 12)) s.send(f);
+    await waitApplied(direct, name, "game-1", 12n);
+    assert.ok(relay.cut() > 0, "the relay had connections to cut");
+    for (let k = 0; k < 12; k++) got.push(summary(await s.recv()));
+    assert.equal(s.resentApplied, 12); // all answered from the deltas the world kept
+    // 2. Cuts at any moment of a pipeline, frames sent while the stream reconnects.
+    for (const f of frames.slice(12, 40)) s.send(f);
+    for (let k = 12; k < 40; k++) {
+      got.push(summary(await s.recv()));
+      if (k === 15 || k === 30) relay.cut();
+    }
+    for (const f of frames.slice(40)) s.send(f);
+    relay.cut();
+    for (let k = 40; k < 50; k++) got.push(summary(await s.recv()));
+    assert.ok(s.reconnects >= 3, `reconnects: ${s.reconnects}`);
+    assert.deepEqual(got, want);
+    s.close();
+    const info = await direct.getWorld(name);
+    assert.equal(info.frames, 50n); // no frame applied twice
+    assert.equal(info.writers.get("game-1"), 50n);
+    assert.equal(info.pairsDigest, want[49].digest);
+    await direct.deleteWorld(name);
+  } finally {
+    c.close();
+    direct.close();
+    await relay.close();
+  }
+});
+
+test("resume across a server killed and started again on its data directory", { timeout: 120_000 }, async () => {
+  const relay = await startRelay(port);
+  const direct = new Client(`127.0.0.1:${port}`);
+  const c = new Client(relay.address);
+  try {
+    const frames = makeFrames(30, 2);
+    const want = await reference(direct, frames);
+    const name = worldName("restart");
+    await c.createWorld(name, { dims: 2, bounds: [0, 0, 100, 100], cells: [4, 4] });
+    const s = await c.stream(name, { writer: "game-2", resume: true, backoff: { initialMs: 50, maxMs: 500, maxAttempts: 200 } });
+    const got = [];
+    for (const f of frames.slice(0, 5)) s.send(f);
+    for (let k = 0; k < 5; k++) got.push(summary(await s.recv()));
+    relay.hold();
+    for (const f of frames.slice(5, 15)) s.send(f);
+    await waitApplied(direct, name, "game-2", 15n);
+    // Killed with ten frames applied and logged whose answers the client never got.
+    await stopServer(server, "SIGKILL");
+    relay.cut();
+    for (const f of frames.slice(15, 20)) s.send(f); // sent while the server is down
+    server = await startServer(port, dataDir);
+    for (const f of frames.slice(20)) s.send(f);
+    for (let k = 5; k < 30; k++) got.push(summary(await s.recv()));
+    assert.ok(s.reconnects >= 1, `reconnects: ${s.reconnects}`);
+    assert.equal(s.resentApplied, 10);
+    assert.deepEqual(got, want);
+    s.close();
+    const info = await direct.getWorld(name);
+    assert.equal(info.frames, 30n);
+    assert.equal(info.writers.get("game-2"), 30n);
+    // A new resuming stream of the writer goes on from where it stands.
+    const again = await c.stream(name, { writer: "game-2", resume: true });
+    const d = await again.step({ removeIds: [1n] });
+    assert.equal(d.seq, 31n);
+    again.close();
+    await direct.deleteWorld(name);
+  } finally {
+    c.close();
+    direct.close();
+    await relay.close();
+  }
+});
+
+test("a writer's sequence: refused frames keep their seq for the next, gaps and repeats are refused", { timeout: 120_000 }, async () => {
+  const c = new Client(`127.0.0.1:${port}`);
+  try {
+    const name = worldName("seqs");
+    await c.createWorld(name, { dims: 2, bounds: [0, 0, 10, 10], cells: [2, 2] });
+    const s = c.stream(name, { writer: "w" });
+    assert.equal((await s.step({ addIds: [1n], addBoxes: [0, 0, 1, 1] })).seq, 1n);
+    await assert.rejects(s.step({ addIds: [1n], addBoxes: [0, 0, 1, 1] }), (e) => e instanceof InvalidArgument && e.field === "add_ids");
+    const d = await s.step({ addIds: [2n], addBoxes: [0, 0, 1, 1] });
+    assert.equal(d.seq, 2n); // the refused frame's seq, taken again: no gap
+    s.close();
+    assert.equal((await c.getWorld(name)).writers.get("w"), 2n);
+    // A stream that starts past the writer's next seq: a gap; one that starts before it: answered with
+    // the deltas the frames got the first time, not applied again.
+    const gap = c.stream(name, { writer: "w", firstSeq: 5 });
+    await assert.rejects(gap.step({ removeIds: [2n] }), (e) => e instanceof FailedPrecondition && /expected seq 3/.test(e.message));
+    gap.close();
+    const old = c.stream(name, { writer: "w", firstSeq: 2 });
+    const again = await old.step({ addIds: [2n], addBoxes: [0, 0, 1, 1] });
+    assert.deepEqual(summary(again), summary(d));
+    old.close();
+    const info = await c.getWorld(name);
+    assert.equal(info.frames, 2n);
+    assert.equal(info.objects, 2);
+    await c.deleteWorld(name);
+  } finally {
+    c.close();
+  }
+});
