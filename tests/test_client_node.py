@@ -4,7 +4,7 @@ Runs the package's own tests (``node --test``) with the server's address in ``SA
 codec and digest, every call of the client, the conformance vectors, and a scenario recorded here with
 the Python client (random frames with adds, moves, removes, filters, static objects, ids past 2^53 and
 refused frames) whose every answer and final pair list the Node client must reproduce byte for byte.
-Then the resuming writer streams (client/node/test/resume.test.mjs), against servers with a data
+Then the resuming writer streams (client/node/test/durable.test.mjs), against servers with a data
 directory that the node tests start, cut off (a TCP relay) and kill themselves (``SAPGRID_SERVE``).
 Node.js and the package's npm dependencies come from scripts/setup.d/50-node-client.sh; without them the
 test is skipped, and fails under CI=true.
@@ -196,5 +196,5 @@ def test_node_client_resumes_writer_streams(tmp_path):
     helped = subprocess.run([str(sapgrid), "serve", "--help"], capture_output=True, text=True, timeout=60)
     if "--data-dir" not in helped.stdout:
         pytest.skip("this server has no durable worlds (sapgrid serve --data-dir): resume needs them")
-    out = _run_node_tests(["resume.test.mjs"], {"SAPGRID_SERVE": str(sapgrid)})
-    assert _tap_counts(out)["pass"] == 3, out[-3000:]
+    out = _run_node_tests(["durable.test.mjs"], {"SAPGRID_SERVE": str(sapgrid)})
+    assert _tap_counts(out)["pass"] == 6, out[-3000:]

@@ -4,7 +4,7 @@ import { Client, InvalidArgument, digestStep, pairsDigest } from "@sapgrid/clien
 const c = new Client(process.argv[2] ?? "127.0.0.1:50051");
 const world = `arena-${process.pid}`;
 await c.createWorld(world, { dims: 2, bounds: [0, 0, 1000, 1000], cells: [16, 16] });
-const s = c.stream(world);                          // one bidirectional stream, frames answered in order
+const s = await c.stream(world);                          // one bidirectional stream, frames answered in order
 let d = await s.step({
   addIds: new BigUint64Array([1n, 2n, 3n]),
   addBoxes: new Float32Array([0, 0, 2, 2, 1, 1, 3, 3, 9, 9, 10, 10]),   // rows of mins then maxs

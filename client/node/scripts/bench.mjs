@@ -56,7 +56,7 @@ await c.waitReady();
 const world = `bench-node-${process.pid}`;
 await c.createWorld(world, { dims: 2, bounds: [0, 0, extent, extent], expectedObjects: N });
 const ids = BigUint64Array.from({ length: N }, (_, i) => BigInt(i + 1));
-const s = c.stream(world);
+const s = await c.stream(world);
 await s.step({ addIds: ids, addBoxes: boxes() });
 const frames = Array.from({ length: FRAMES }, boxes); // made before timing
 const rt = [], srv = [];

@@ -20,8 +20,13 @@ import type { WorldInfo__Output } from "./generated/sapgrid/v1/WorldInfo";
 
 type WithWorld = { world: WorldInfo__Output | null };
 import { contract } from "./proto";
+import { PairMirror } from "./mirror";
 import { FrameStream } from "./stream";
-import type { StreamOptions } from "./stream";
+import type { OpenOptions, StreamOptions } from "./stream";
+import type { SnapshotWorldResponse__Output } from "./generated/sapgrid/v1/SnapshotWorldResponse";
+import type { StreamPairsResponse__Output } from "./generated/sapgrid/v1/StreamPairsResponse";
+
+const SNAPSHOT_CHUNK = 1 << 20;
 
 export const DEFAULT_ADDRESS = "127.0.0.1:50051";
 export const DEFAULT_MAX_MESSAGE_BYTES = 64 << 20;
@@ -196,21 +201,69 @@ export class Client {
   }
 
   /**
-   * Open a frame stream (frames name `world`). With `{writer, resume: true}` it returns a Promise of a
-   * resuming stream: it first asks GetWorld where the writer stands and numbers frames from there.
+   * Open a frame stream (frames name `world`). writer: exactly-once frames, numbered from where the
+   * writer stands in the world (read with GetWorld). resume (needs a writer): reconnect with backoff and
+   * send unanswered frames again when the call breaks; every delta reaches `recv` once, in order.
+   * verify: check every delta's pairsDigest against a mirror of the world's pairs (the stream must be
+   * the world's only writer; a difference is a DataLoss error). `openStream` opens without asking anything.
    */
-  stream(world: string, opts: StreamOptions & { resume: true }): Promise<FrameStream>;
-  stream(world: string, opts?: StreamOptions): FrameStream;
-  stream(world: string, opts: StreamOptions = {}): FrameStream | Promise<FrameStream> {
-    if (!opts.resume) return new FrameStream(this, world, opts);
-    if (!opts.writer) {
-      throw makeError(status.INVALID_ARGUMENT, "resume: a resuming stream needs a writer (stream(world, {writer, resume: true}))", "writer");
+  async stream(world: string, opts: StreamOptions = {}): Promise<FrameStream> {
+    if (opts.resume && !opts.writer) {
+      throw makeError(status.INVALID_ARGUMENT, "resume: a resuming stream needs a writer (the server tells the " +
+        "frames it applied by writer and seq)", "writer");
     }
-    return this.getWorld(world).then((info) => {
-      const last = info.writers.get(opts.writer!);
-      const first = last !== undefined ? last + 1n : u64(opts.firstSeq ?? 1, "firstSeq");
-      return new FrameStream(this, world, opts, first);
+    const mirror = opts.verify ? await this.mirror(world) : undefined;
+    const firstSeq = opts.writer ? ((await this.getWorld(world)).writers.get(opts.writer) ?? 0n) + 1n : 1n;
+    return new FrameStream(this, world, { ...opts, firstSeq, mirror });
+  }
+
+  /** A FrameStream as given (numbering from `firstSeq`, default 1), without asking the server anything. */
+  openStream(world: string, opts: OpenOptions = {}): FrameStream {
+    return new FrameStream(this, world, opts);
+  }
+
+  /** A PairMirror of the world's pairs now (one consistent snapshot, with its frame). */
+  async mirror(world: string): Promise<PairMirror> {
+    const [pairs, frame] = await this.pairsAt(world);
+    return new PairMirror(pairs, frame);
+  }
+
+  /** The world's snapshot (taken between two of its frames): bytes `restore` turns into a world that
+   * continues exactly like this one. */
+  snapshot(world: string, opts: { timeoutMs?: number } = {}): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      const call = this.stub.SnapshotWorld({ name: world }, this.metadata(world), this.deadline(opts.timeoutMs));
+      const chunks: Buffer[] = [];
+      call.on("data", (r: SnapshotWorldResponse__Output) => chunks.push(r.chunk));
+      call.on("error", (err) => reject(fromServiceError(err)));
+      call.on("end", () => resolve(Buffer.concat(chunks)));
     });
+  }
+
+  /** Create a world from a snapshot, under the snapshot's own name or `name`. */
+  restore(data: Uint8Array, name = "", opts: { timeoutMs?: number } = {}): Promise<WorldInfo> {
+    if (!(data instanceof Uint8Array)) {
+      return Promise.reject(makeError(status.INVALID_ARGUMENT, "restore: the snapshot must be a Buffer or Uint8Array"));
+    }
+    return new Promise((resolve, reject) => {
+      const call = this.stub.RestoreWorld(this.metadata(name), this.deadline(opts.timeoutMs), (err, res) => {
+        if (err) reject(fromServiceError(err));
+        else resolve(infoFrom(res!.world));
+      });
+      const bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+      let first = true;
+      for (let at = 0; at < Math.max(bytes.length, 1); at += SNAPSHOT_CHUNK) {
+        call.write({ name: first ? name : "", chunk: bytes.subarray(at, at + SNAPSHOT_CHUNK) });
+        first = false;
+      }
+      call.end();
+    });
+  }
+
+  /** Freeze a world (its frames answered UNAVAILABLE "moving"; reads and snapshots still served), or
+   * unfreeze it with frozen = false. */
+  freeze(name: string, frozen = true): Promise<WorldInfo> {
+    return this.unary(this.stub.FreezeWorld, { name, frozen }, (r: WithWorld) => infoFrom(r.world), name);
   }
 
   /** @internal The StreamFrames call of a FrameStream. */
@@ -241,16 +294,24 @@ export class Client {
   }
 
   /** All active pairs of one snapshot of the world, (low, high) rows sorted (streamed in chunks). */
-  pairs(world: string, opts: { chunkSize?: number; timeoutMs?: number } = {}): Promise<BigUint64Array> {
+  async pairs(world: string, opts: { chunkSize?: number; timeoutMs?: number } = {}): Promise<BigUint64Array> {
+    return (await this.pairsAt(world, opts))[0];
+  }
+
+  private pairsAt(world: string, opts: { chunkSize?: number; timeoutMs?: number } = {}): Promise<[BigUint64Array, bigint]> {
     return new Promise((resolve, reject) => {
       const call = this.stub.StreamPairs({ world, chunk_size: opts.chunkSize ?? 0 }, this.metadata(world),
         this.deadline(opts.timeoutMs));
       const chunks: Buffer[] = [];
-      call.on("data", (r) => chunks.push(r.pairs));
+      let frame = 0n;
+      call.on("data", (r: StreamPairsResponse__Output) => {
+        chunks.push(r.pairs);
+        frame = BigInt(r.frame);
+      });
       call.on("error", (err) => reject(fromServiceError(err)));
       call.on("end", () => {
         try {
-          resolve(joinPairs(chunks));
+          resolve([joinPairs(chunks), frame]);
         } catch (e) {
           reject(e);
         }

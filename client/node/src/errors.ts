@@ -48,6 +48,9 @@ export class Unavailable extends SapgridError {}
 export class DeadlineExceeded extends SapgridError {}
 export class Cancelled extends SapgridError {}
 export class Internal extends SapgridError {}
+/** The client's view and the server's disagree: a mirror's pair digest differs from the server's, or a
+ * writer's frames the server had answered are gone (a server without a data directory restarted). */
+export class DataLoss extends SapgridError {}
 
 const BY_CODE: Record<number, typeof SapgridError> = {
   [status.INVALID_ARGUMENT]: InvalidArgument,
@@ -59,6 +62,7 @@ const BY_CODE: Record<number, typeof SapgridError> = {
   [status.DEADLINE_EXCEEDED]: DeadlineExceeded,
   [status.CANCELLED]: Cancelled,
   [status.INTERNAL]: Internal,
+  [status.DATA_LOSS]: DataLoss,
 };
 
 /** The typed error of a status code (the class of the code, SapgridError for others). */

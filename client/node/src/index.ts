@@ -2,9 +2,10 @@
 export { Client, DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Subscription, WORLD_HEADER } from "./client";
 export type { ClientOptions, PairsPage, QueryResult } from "./client";
 export { FrameStream } from "./stream";
-export type { Backoff, StreamOptions } from "./stream";
+export type { Backoff, OpenOptions, StreamOptions } from "./stream";
+export { PairMirror } from "./mirror";
 export {
-  AlreadyExists, Cancelled, DeadlineExceeded, FailedPrecondition, Internal, InvalidArgument, makeError, NotFound,
+  AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition, Internal, InvalidArgument, makeError, NotFound,
   ResourceExhausted, SapgridError, splitField, Unavailable,
 } from "./errors";
 export { digestStep, pairsDigest, splitmix64 } from "./digest";

@@ -2,20 +2,25 @@
  * Frame streams: one StreamFrames call per stream, `send` may run ahead of `recv` (pipelining), and
  * answers come back in the order the frames were sent.
  *
- * With a writer (`Frame.writer`), frames are numbered by the stream (seq = the writer's next seq) and
- * the server applies each at most once. With `resume`, the stream also survives a lost connection or a
- * restarted server: it keeps every frame not yet answered, reconnects with exponential backoff, asks
- * GetWorld where the writer stands, and sends the unanswered frames again in order; the server answers
- * a frame it had already applied with the very delta it gave the first time, so each delta is handed to
- * `recv` exactly once, in order.
+ * With a writer (`Frame.writer`, exactly-once frames), the stream numbers its frames from where the
+ * writer stands in the world. A frame the server refuses for its content (a bad box, an unknown id)
+ * takes no seq: the frames the stream numbered after it are numbered one lower and sent again on a new
+ * call (the server had refused them as a gap), and the refused frame's error comes from its own `recv`.
+ *
+ * With `resume`, the stream also survives a lost connection, a restarted server or a frozen world: it
+ * keeps every frame until its answer is handed out, reconnects with exponential backoff (for at most
+ * `backoff.deadlineMs` per recovery), asks GetWorld where the writer stands, and sends the unanswered
+ * frames again in order; the server answers those it had applied with the very delta it gave the first
+ * time, so each delta reaches `recv` exactly once, in order.
  */
-import { Metadata, status } from "@grpc/grpc-js";
+import { status } from "@grpc/grpc-js";
 import type { ClientDuplexStream, ServiceError } from "@grpc/grpc-js";
 
 import { deltaFrom, encodeFrame, u64 } from "./codec";
 import type { Delta, FrameInput, WorldInfo } from "./codec";
 import { fromFrameError, fromServiceError, makeError, SapgridError } from "./errors";
 import type { Frame } from "./generated/sapgrid/v1/Frame";
+import type { PairMirror } from "./mirror";
 import type { StreamFramesRequest } from "./generated/sapgrid/v1/StreamFramesRequest";
 import type { StreamFramesResponse__Output } from "./generated/sapgrid/v1/StreamFramesResponse";
 
@@ -28,23 +33,30 @@ export interface StreamHost {
   readonly maxMessageBytes: number;
 }
 
-/** Reconnection of a resuming stream: delays double from initialMs up to maxMs; give up after maxAttempts. */
+/** Recovery of a resuming stream: delays double from initialMs up to maxMs; an error after deadlineMs. */
 export interface Backoff {
   initialMs?: number;
   maxMs?: number;
-  maxAttempts?: number;
+  deadlineMs?: number;
 }
 
 export interface StreamOptions {
   /** Exactly-once frames: the writer's name (1-64 characters of [A-Za-z0-9_.-]). */
   writer?: string;
-  /** Reconnect and re-send unanswered frames when the connection is lost (needs a writer). */
+  /** Reconnect and send unanswered frames again when the call breaks (needs a writer). */
   resume?: boolean;
-  /** Seq of the first frame when frames are numbered by the stream (default 1; resume: the writer's last + 1). */
-  firstSeq?: bigint | number;
-  /** Deadline of the whole stream (ms); none by default. */
+  /** Check every delta's pairsDigest against a mirror of the world's pairs (DataLoss on a difference). */
+  verify?: boolean;
+  /** Deadline of the whole call (ms); none by default. */
   timeoutMs?: number;
   backoff?: Backoff;
+}
+
+/** What `openStream` takes besides StreamOptions: where numbering starts, and a mirror to verify with. */
+export interface OpenOptions extends StreamOptions {
+  /** Seq of the first frame the stream numbers (default 1). */
+  firstSeq?: bigint | number;
+  mirror?: PairMirror;
 }
 
 interface Waiter {
@@ -57,29 +69,42 @@ type Answer = { delta: Delta } | { error: SapgridError };
 interface Pending {
   seq: bigint;
   request: StreamFramesRequest;
+  numbered: boolean; // numbered by the stream (renumbered after a refused frame)
 }
 
-const TRANSIENT = new Set([status.UNAVAILABLE]);
+// A call that ended with one of these is opened again (resume); a frame answered with one of these in its
+// slot (a frozen or moving world, a failed log write, a world gone from a replica it moved away from) is
+// sent again.
+const CALL_RETRY = new Set([status.UNAVAILABLE, status.CANCELLED, status.UNKNOWN, status.RESOURCE_EXHAUSTED,
+  status.NOT_FOUND, status.INTERNAL]);
+const FRAME_RETRY = new Set([status.UNAVAILABLE, status.NOT_FOUND]);
+const BULK = ["remove_ids", "add_ids", "add_boxes", "add_category", "add_mask", "add_static", "update_ids",
+  "update_boxes"] as const;
 
 function frameBytes(f: Frame): number {
   let n = 64 + Buffer.byteLength(f.world ?? "") + Buffer.byteLength(f.writer ?? "");
-  for (const k of ["remove_ids", "add_ids", "add_boxes", "add_category", "add_mask", "add_static", "update_ids",
-    "update_boxes"] as const) {
+  for (const k of BULK) {
     const v = f[k];
     if (v) n += v.length + 6;
   }
   return n;
 }
 
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
 /** One StreamFrames call: `send` frames ahead, `recv` their answers in order (`step` = send + recv). */
 export class FrameStream {
   readonly world: string;
   readonly writer: string;
   readonly resume: boolean;
-  /** Frames sent and not yet answered by the server. */
-  get inFlight(): number {
-    return this.pending.length;
-  }
+  /** The mirror deltas are verified against (verify), if any. */
+  readonly mirror: PairMirror | undefined;
+  /** Times the call was opened again after it broke (resume). */
+  reconnects = 0;
+  /** Frames sent again after a reconnection, and how many of them the server had applied already
+   * (answered with the deltas it kept, not applied again). */
+  resent = 0;
+  resentApplied = 0;
 
   private call: Call | undefined;
   private nextSeq: bigint;
@@ -88,83 +113,84 @@ export class FrameStream {
   private readonly waiters: Waiter[] = [];
   private failure: SapgridError | undefined;
   private closed = false;
-  private reconnecting = false;
-  private rewindTo: bigint | undefined;
+  private recovering = false;
   private readonly backoff: Required<Backoff>;
-  /** Reconnections made so far (resuming streams). */
-  reconnects = 0;
-  /** Frames sent again after a reconnection, and how many of them the server had applied already
-   * (answered with the deltas it kept, not applied again). */
-  resent = 0;
-  resentApplied = 0;
+  private readonly timeoutMs: number | undefined;
 
-  constructor(private readonly host: StreamHost, world: string, private readonly opts: StreamOptions = {},
-    firstSeq?: bigint) {
+  constructor(private readonly host: StreamHost, world: string, opts: OpenOptions = {}) {
     this.world = world;
     this.writer = opts.writer ?? "";
     this.resume = opts.resume ?? false;
     if (this.resume && !this.writer) {
-      throw makeError(status.INVALID_ARGUMENT, "resume: a resuming stream needs a writer (stream(world, {writer, resume: true}))", "writer");
+      throw makeError(status.INVALID_ARGUMENT, "resume: a resuming stream needs a writer (the server tells the " +
+        "frames it applied by writer and seq)", "writer");
     }
-    this.nextSeq = firstSeq ?? u64(opts.firstSeq ?? 1, "firstSeq");
-    this.backoff = { initialMs: 50, maxMs: 2000, maxAttempts: 30, ...opts.backoff };
+    this.mirror = opts.mirror;
+    this.timeoutMs = opts.timeoutMs;
+    this.nextSeq = u64(opts.firstSeq ?? 1, "firstSeq");
+    this.backoff = { initialMs: 50, maxMs: 1000, deadlineMs: 60_000, ...opts.backoff };
     this.call = this.open();
   }
 
+  /** Frames sent and not yet answered by the server. */
+  get inFlight(): number {
+    return this.pending.length;
+  }
+
   private open(): Call {
-    const call = this.host.openFrameCall(this.world, this.opts.timeoutMs);
+    const call = this.host.openFrameCall(this.world, this.timeoutMs);
     call.on("data", (resp: StreamFramesResponse__Output) => this.onData(call, resp));
-    call.on("error", (err: ServiceError) => this.onFailure(call, fromServiceError(err)));
-    call.on("end", () => setImmediate(() => this.onFailure(call, makeError(status.UNAVAILABLE, "stream closed by the server"))));
+    call.on("error", (err: ServiceError) => this.onEnded(call, fromServiceError(err)));
+    call.on("end", () => setImmediate(() => this.onEnded(call, makeError(status.UNAVAILABLE, "stream closed by the server"))));
+    for (const p of this.pending) call.write(p.request);
     return call;
   }
 
+  private drop(call: Call | undefined): void {
+    if (!call) return;
+    call.removeAllListeners();
+    call.on("error", () => undefined);
+    call.end();
+    call.cancel();
+  }
+
   /**
-   * Send one frame; returns its seq. Without a writer, seq is the frame's `seq` or the stream's
-   * count (1, 2, ...); with a writer, the stream numbers the frames (the writer's next seq).
+   * Send one frame; returns its seq: the frame's `seq`, or the stream's next number (1, 2, ... or, with
+   * a writer, from where the writer stands). An explicit seq is sent as given and numbering goes on after it.
    */
   send(frame: FrameInput = {}): bigint {
     if (this.closed) throw makeError(status.CANCELLED, "send: the stream is closed");
     if (this.failure) throw this.failure;
-    let seq: bigint;
-    if (this.writer) {
-      if (frame.seq !== undefined) {
-        throw makeError(status.INVALID_ARGUMENT, "seq: a writer's stream numbers its frames itself; give no seq", "seq");
-      }
-      seq = this.nextSeq;
-    } else {
-      seq = frame.seq === undefined ? this.nextSeq : u64(frame.seq, "seq");
-    }
-    const world = frame.world ?? this.world;
-    const msg = encodeFrame(world, seq, frame, this.writer);
+    const numbered = frame.seq === undefined;
+    const seq = numbered ? this.nextSeq : u64(frame.seq!, "seq");
+    const msg = encodeFrame(frame.world ?? this.world, seq, frame, this.writer);
+    this.push(seq, msg, numbered);
+    return seq;
+  }
+
+  /**
+   * Send a ready Frame message as is (snake_case fields of the .proto, bulk fields as Buffers: e.g. the
+   * exact bytes of a conformance vector); returns its seq.
+   */
+  sendMessage(frame: Frame): bigint {
+    if (this.closed) throw makeError(status.CANCELLED, "send: the stream is closed");
+    if (this.failure) throw this.failure;
+    const seq = u64(BigInt(String(frame.seq ?? 0)), "seq");
+    this.push(seq, { world: this.world, writer: this.writer, ...frame }, false);
+    return seq;
+  }
+
+  private push(seq: bigint, msg: Frame, numbered: boolean): void {
     const size = frameBytes(msg);
     if (size > this.host.maxMessageBytes) {
       throw makeError(status.RESOURCE_EXHAUSTED, `frame: ${size} bytes is more than the message limit of ` +
         `${this.host.maxMessageBytes} bytes; raise it on both sides (maxMessageBytes and sapgrid serve ` +
         `--max-message-bytes) or send the objects in several frames`, "frame");
     }
-    this.nextSeq = seq + 1n;
+    if (seq >= this.nextSeq) this.nextSeq = seq + 1n;
     const request: StreamFramesRequest = { frame: msg };
-    this.pending.push({ seq, request });
-    if (this.call && !this.reconnecting) this.call.write(request);
-    return seq;
-  }
-
-  /**
-   * Send a ready Frame message as is (snake_case fields of the .proto, bulk fields as Buffers: e.g. the
-   * exact bytes of a conformance vector); returns its seq. Not on a writer's stream (it numbers frames).
-   */
-  sendMessage(frame: Frame): bigint {
-    if (this.closed) throw makeError(status.CANCELLED, "send: the stream is closed");
-    if (this.failure) throw this.failure;
-    if (this.writer) {
-      throw makeError(status.INVALID_ARGUMENT, "sendMessage: a writer's stream numbers its frames; use send()", "frame");
-    }
-    const seq = u64(BigInt(String(frame.seq ?? 0)), "seq");
-    const request: StreamFramesRequest = { frame: { world: this.world, ...frame } };
-    this.pending.push({ seq, request });
-    if (this.call && !this.reconnecting) this.call.write(request);
-    return seq;
+    this.pending.push({ seq, request, numbered });
+    if (this.call && !this.recovering) this.call.write(request);
   }
 
   /** The answer to the oldest unanswered frame; rejects with its typed error if it was refused. */
@@ -178,14 +204,18 @@ export class FrameStream {
 
   /** send + recv. */
   step(frame: FrameInput = {}): Promise<Delta> {
-    this.send(frame);
+    try {
+      this.send(frame);
+    } catch (e) {
+      return Promise.reject(e);
+    }
     return this.recv();
   }
 
   /** Resolves when the transport has taken every frame sent so far (back-pressure for long pipelines). */
   drained(): Promise<void> {
     const call = this.call;
-    if (!call || this.reconnecting || !call.writableNeedDrain) return Promise.resolve();
+    if (!call || this.recovering || !call.writableNeedDrain) return Promise.resolve();
     return new Promise((resolve) => call.once("drain", () => resolve()));
   }
 
@@ -193,14 +223,8 @@ export class FrameStream {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    const call = this.call;
+    this.drop(this.call);
     this.call = undefined;
-    if (call) {
-      call.removeAllListeners();
-      call.on("error", () => undefined);
-      call.end();
-      call.cancel();
-    }
     this.fail(makeError(status.CANCELLED, "the stream is closed"));
   }
 
@@ -223,92 +247,101 @@ export class FrameStream {
       this.fail(makeError(status.INTERNAL, `an answer (seq ${resp.seq}) for no frame sent`));
       return;
     }
-    if (resp.result === "error" && resp.error && this.resume && TRANSIENT.has(resp.error.code)) {
-      // The world cannot take frames right now (e.g. frozen while it moves): try again later.
-      this.reconnect(call, fromFrameError(resp.error));
+    if (resp.result === "error" && resp.error && this.resume && FRAME_RETRY.has(resp.error.code)) {
+      this.recover(fromFrameError(resp.error)); // e.g. a frozen world: sent again later
       return;
     }
     this.pending.shift();
     if (resp.result === "delta" && resp.delta) {
-      this.rewindTo = undefined;
-      this.deliver({ delta: deltaFrom(resp.delta) });
-    } else {
-      const err = resp.error ? fromFrameError(resp.error) : makeError(status.INTERNAL, "an answer with neither delta nor error");
-      // A refused frame does not advance its writer: once every frame after it is answered (refused
-      // too), the next frame takes its seq again so the writer's sequence has no gap.
-      if (this.writer && this.rewindTo === undefined) this.rewindTo = head.seq;
-      this.deliver({ error: err });
+      const delta = deltaFrom(resp.delta);
+      try {
+        this.deliver({ delta: this.mirror ? this.mirror.apply(delta) : delta });
+      } catch (e) {
+        this.deliver({ error: e as SapgridError });
+      }
+      return;
     }
-    if (this.writer && this.rewindTo !== undefined && this.pending.length === 0) {
-      this.nextSeq = this.rewindTo;
-      this.rewindTo = undefined;
+    this.deliver({ error: resp.error ? fromFrameError(resp.error) : makeError(status.INTERNAL, "an answer with neither delta nor error") });
+    if (this.writer && head.numbered) this.renumberAfter(head.seq);
+  }
+
+  /** A refused frame took no seq: the stream's frames after it go one lower, sent again on a new call. */
+  private renumberAfter(refused: bigint): void {
+    for (const p of this.pending) {
+      if (p.numbered && p.seq > refused) {
+        p.seq -= 1n;
+        p.request = { frame: { ...p.request.frame, seq: p.seq.toString() } };
+      }
+    }
+    this.nextSeq -= 1n;
+    if (this.pending.length && !this.recovering) {
+      this.drop(this.call);
+      this.call = this.open();
     }
   }
 
-  private onFailure(call: Call, err: SapgridError): void {
+  private onEnded(call: Call, err: SapgridError): void {
     if (call !== this.call || this.closed) return;
-    if (this.resume && (TRANSIENT.has(err.code) || err.code === status.INTERNAL)) {
-      this.reconnect(call, err);
+    if (this.resume && CALL_RETRY.has(err.code)) {
+      this.recover(err);
       return;
     }
     this.call = undefined;
     this.fail(err);
   }
 
-  private reconnect(call: Call, cause: SapgridError): void {
-    if (this.reconnecting) return;
-    this.reconnecting = true;
-    call.removeAllListeners();
-    call.on("error", () => undefined);
-    call.cancel();
+  private recover(cause: SapgridError): void {
+    if (this.recovering) return;
+    this.recovering = true;
+    this.drop(this.call);
     this.call = undefined;
-    void this.reconnectLoop(cause);
+    void this.recoverLoop(cause);
   }
 
-  private async reconnectLoop(cause: SapgridError): Promise<void> {
+  private async recoverLoop(cause: SapgridError): Promise<void> {
+    const giveUp = Date.now() + this.backoff.deadlineMs;
+    let delay = this.backoff.initialMs;
     let last = cause;
-    for (let attempt = 0; attempt < this.backoff.maxAttempts; attempt++) {
-      const delay = Math.min(this.backoff.maxMs, this.backoff.initialMs * 2 ** attempt);
-      await new Promise((r) => setTimeout(r, delay));
+    for (;;) {
       if (this.closed) return;
-      let info: WorldInfo;
       try {
-        info = await this.host.getWorld(this.world);
+        const info = await this.host.getWorld(this.world);
+        if (this.closed) return;
+        if (info.frozen) throw makeError(status.UNAVAILABLE, `world ${this.world} is frozen (moving)`);
+        const stands = info.writers.get(this.writer) ?? 0n;
+        const first = this.pending[0]?.seq ?? this.nextSeq;
+        if (stands < first - 1n) {
+          this.recovering = false;
+          this.fail(makeError(status.DATA_LOSS, `world ${this.world}: writer ${this.writer} stands at seq ${stands} but ` +
+            `the server had answered its frames up to seq ${first - 1n}: answered frames were lost (a server ` +
+            `without a data directory, or with --fsync no, restarted)`, "writer"));
+          return;
+        }
+        for (const p of this.pending) {
+          this.resent++;
+          if (p.seq <= stands) this.resentApplied++;
+        }
+        this.reconnects++;
+        this.recovering = false;
+        this.call = this.open();
+        return;
       } catch (e) {
         const err = fromServiceError(e as Error);
-        if (TRANSIENT.has(err.code) || err.code === status.DEADLINE_EXCEEDED) {
-          last = err;
-          continue;
+        if (!CALL_RETRY.has(err.code)) {
+          this.recovering = false;
+          this.fail(err);
+          return;
         }
-        this.reconnecting = false;
-        this.fail(err);
+        last = err;
+      }
+      if (Date.now() + delay > giveUp) {
+        this.recovering = false;
+        this.fail(makeError(last.code, `world ${this.world}: could not resume writer ${this.writer} within ` +
+          `${this.backoff.deadlineMs / 1000} s: ${last.message}`));
         return;
       }
-      if (this.closed) return;
-      if (info.frozen) {
-        last = makeError(status.UNAVAILABLE, `world ${this.world} is frozen`);
-        continue;
-      }
-      const stands = info.writers.get(this.writer) ?? 0n;
-      const answeredUpTo = (this.pending[0]?.seq ?? this.nextSeq) - 1n;
-      if (stands < answeredUpTo) {
-        this.reconnecting = false;
-        this.fail(makeError(status.FAILED_PRECONDITION, `writer ${this.writer} of world ${this.world} stands at seq ` +
-          `${stands}, but its frames up to seq ${answeredUpTo} were answered: the world lost applied frames`, "writer"));
-        return;
-      }
-      this.reconnects++;
-      this.reconnecting = false;
-      this.call = this.open();
-      for (const p of this.pending) {
-        this.call.write(p.request);
-        this.resent++;
-        if (p.seq <= stands) this.resentApplied++;
-      }
-      return;
+      await sleep(delay);
+      delay = Math.min(delay * 2, this.backoff.maxMs);
     }
-    this.reconnecting = false;
-    this.fail(makeError(status.UNAVAILABLE, `world ${this.world}: gave up reconnecting after ` +
-      `${this.backoff.maxAttempts} attempts: ${last.message}`));
   }
 }

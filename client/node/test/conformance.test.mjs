@@ -79,7 +79,7 @@ export async function runVector(v, where) {
     coordLimit: w.coord_limit, expectedObjects: w.expected_objects,
   });
   try {
-    const stream = client.stream(name);
+    const stream = client.openStream(name);
     // Pipelined: every frame sent ahead, answers read in order.
     for (const step of v.steps) {
       const arrays = typedFrame(step.frame);

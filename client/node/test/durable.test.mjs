@@ -3,7 +3,8 @@
 // connection cut under a pipeline of frames (a TCP relay between client and server drops every
 // socket), and the server killed and started again on its data directory. Every delta must reach
 // `recv` once, in order, equal to the deltas of the same frames on an undisturbed world, and no frame
-// may be applied twice. Also: seq gaps and refused frames of a writer.
+// may be applied twice. Also: a writer's refused frames and seq gaps, verify (the client's mirror of the
+// pair digest), a frozen world, snapshot and restore.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -12,7 +13,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 
-import { Client, FailedPrecondition, InvalidArgument } from "../dist/index.js";
+import { Client, DataLoss, FailedPrecondition, InvalidArgument } from "../dist/index.js";
 import { worldName } from "./helpers.mjs";
 
 const SERVE = process.env.SAPGRID_SERVE;
@@ -133,7 +134,7 @@ function summary(d) {
 async function reference(client, frames) {
   const name = worldName("ref");
   await client.createWorld(name, { dims: 2, bounds: [0, 0, 100, 100], cells: [4, 4] });
-  const s = client.stream(name, { writer: "ref" });
+  const s = await client.stream(name, { writer: "ref" });
   frames.forEach((f) => s.send(f));
   const out = [];
   for (let k = 0; k < frames.length; k++) out.push(summary(await s.recv()));
@@ -215,7 +216,7 @@ test("resume across a server killed and started again on its data directory", { 
     const want = await reference(direct, frames);
     const name = worldName("restart");
     await c.createWorld(name, { dims: 2, bounds: [0, 0, 100, 100], cells: [4, 4] });
-    const s = await c.stream(name, { writer: "game-2", resume: true, backoff: { initialMs: 50, maxMs: 500, maxAttempts: 200 } });
+    const s = await c.stream(name, { writer: "game-2", resume: true, backoff: { initialMs: 50, maxMs: 500, deadlineMs: 60_000 } });
     const got = [];
     for (const f of frames.slice(0, 5)) s.send(f);
     for (let k = 0; k < 5; k++) got.push(summary(await s.recv()));
@@ -249,31 +250,115 @@ test("resume across a server killed and started again on its data directory", { 
   }
 });
 
-test("a writer's sequence: refused frames keep their seq for the next, gaps and repeats are refused", { timeout: 120_000 }, async () => {
+test("a writer's sequence: a refused frame takes no seq, the frames after it go on; gaps and repeats", { timeout: 120_000 }, async () => {
   const c = new Client(`127.0.0.1:${port}`);
   try {
     const name = worldName("seqs");
     await c.createWorld(name, { dims: 2, bounds: [0, 0, 10, 10], cells: [2, 2] });
-    const s = c.stream(name, { writer: "w" });
+    const s = await c.stream(name, { writer: "w" });
     assert.equal((await s.step({ addIds: [1n], addBoxes: [0, 0, 1, 1] })).seq, 1n);
-    await assert.rejects(s.step({ addIds: [1n], addBoxes: [0, 0, 1, 1] }), (e) => e instanceof InvalidArgument && e.field === "add_ids");
-    const d = await s.step({ addIds: [2n], addBoxes: [0, 0, 1, 1] });
-    assert.equal(d.seq, 2n); // the refused frame's seq, taken again: no gap
+    // Pipelined: a refused frame, then two good ones sent before its answer came back.
+    assert.deepEqual([s.send({ addIds: [1n], addBoxes: [0, 0, 1, 1] }), s.send({ addIds: [2n], addBoxes: [0, 0, 1, 1] }),
+      s.send({ addIds: [3n], addBoxes: [0, 0, 1, 1] })], [2n, 3n, 4n]);
+    await assert.rejects(s.recv(), (e) => e instanceof InvalidArgument && e.field === "add_ids" && e.index === 0);
+    const d2 = await s.recv();
+    const d3 = await s.recv();
+    assert.deepEqual([d2.seq, d3.seq, d3.frame, d3.stats.objects], [2n, 3n, 3n, 3]); // renumbered, applied
+    assert.equal(s.send({ removeIds: [3n] }), 4n);
+    assert.equal((await s.recv()).seq, 4n);
     s.close();
-    assert.equal((await c.getWorld(name)).writers.get("w"), 2n);
-    // A stream that starts past the writer's next seq: a gap; one that starts before it: answered with
-    // the deltas the frames got the first time, not applied again.
-    const gap = c.stream(name, { writer: "w", firstSeq: 5 });
-    await assert.rejects(gap.step({ removeIds: [2n] }), (e) => e instanceof FailedPrecondition && /expected seq 3/.test(e.message));
+    assert.equal((await c.getWorld(name)).writers.get("w"), 4n);
+    // A stream numbering past the writer's next seq: a gap; before it: answered with the deltas the
+    // frames got the first time, not applied again.
+    const gap = c.openStream(name, { writer: "w", firstSeq: 9 });
+    await assert.rejects(gap.step({ removeIds: [2n] }), (e) => e instanceof FailedPrecondition && /expected seq 5/.test(e.message));
     gap.close();
-    const old = c.stream(name, { writer: "w", firstSeq: 2 });
-    const again = await old.step({ addIds: [2n], addBoxes: [0, 0, 1, 1] });
-    assert.deepEqual(summary(again), summary(d));
+    const old = c.openStream(name, { writer: "w", firstSeq: 2 });
+    const again = await old.step({ addIds: [7n], addBoxes: [0, 0, 1, 1] }); // its content is not even looked at
+    assert.deepEqual(summary(again), summary(d2));
     old.close();
     const info = await c.getWorld(name);
-    assert.equal(info.frames, 2n);
+    assert.equal(info.frames, 4n);
     assert.equal(info.objects, 2);
     await c.deleteWorld(name);
+  } finally {
+    c.close();
+  }
+});
+
+test("verify: every delta checked against the client's mirror; another writer's frame is DataLoss", { timeout: 120_000 }, async () => {
+  const c = new Client(`127.0.0.1:${port}`);
+  try {
+    const name = worldName("verify");
+    await c.createWorld(name, { dims: 2, bounds: [0, 0, 100, 100], cells: [4, 4] });
+    const frames = makeFrames(20, 3);
+    await c.step(name, frames[0]); // the world has pairs before the stream opens: the mirror starts from them
+    const s = await c.stream(name, { writer: "v", verify: true });
+    assert.equal(s.mirror.frame, 1n);
+    for (const f of frames.slice(1)) s.send(f);
+    for (let k = 1; k < 20; k++) assert.equal((await s.recv()).frame, BigInt(k + 1));
+    assert.equal(s.mirror.digest, (await c.getWorld(name)).pairsDigest);
+    await c.step(name, { removeIds: [1n] }); // another writer
+    await assert.rejects(s.step({ removeIds: [2n] }), (e) => e instanceof DataLoss && /another writer/.test(e.message));
+    s.close();
+    await c.deleteWorld(name);
+  } finally {
+    c.close();
+  }
+});
+
+test("a frozen world: a resuming stream waits and goes on once it is unfrozen", { timeout: 120_000 }, async () => {
+  const c = new Client(`127.0.0.1:${port}`);
+  try {
+    const frames = makeFrames(20, 4);
+    const want = await reference(c, frames);
+    const name = worldName("frozen");
+    await c.createWorld(name, { dims: 2, bounds: [0, 0, 100, 100], cells: [4, 4] });
+    const s = await c.stream(name, { writer: "f", resume: true, backoff: { initialMs: 20, maxMs: 100 } });
+    const got = [];
+    for (const f of frames.slice(0, 5)) got.push(summary(await s.step(f)));
+    assert.equal((await c.freeze(name)).frozen, true);
+    for (const f of frames.slice(5)) s.send(f);
+    await sleep(300); // answered UNAVAILABLE "moving", sent again and again while frozen
+    assert.equal((await c.getWorld(name)).frames, 5n);
+    assert.equal((await c.freeze(name, false)).frozen, false);
+    for (let k = 5; k < 20; k++) got.push(summary(await s.recv()));
+    assert.deepEqual(got, want);
+    s.close();
+    await c.deleteWorld(name);
+  } finally {
+    c.close();
+  }
+});
+
+test("snapshot and restore: the restored world goes on exactly like the original", { timeout: 120_000 }, async () => {
+  const c = new Client(`127.0.0.1:${port}`);
+  try {
+    const frames = makeFrames(30, 5);
+    const name = worldName("snap");
+    await c.createWorld(name, { dims: 2, bounds: [0, 0, 100, 100], cells: [4, 4] });
+    const s = await c.stream(name, { writer: "s" });
+    for (const f of frames.slice(0, 15)) await s.step(f);
+    const snap = await c.snapshot(name);
+    assert.ok(Buffer.isBuffer(snap) && snap.length > 1000);
+    const copy = worldName("snap-copy");
+    const info = await c.restore(snap, copy);
+    assert.equal(info.name, copy);
+    assert.equal(info.frames, 15n);
+    assert.equal(info.writers.get("s"), 15n);
+    const t = await c.stream(copy, { writer: "s" });
+    for (const f of frames.slice(15)) {
+      const [a, b] = [summary(await s.step(f)), summary(await t.step(f))];
+      assert.deepEqual(b, a);
+    }
+    s.close();
+    t.close();
+    const bad = Buffer.from(snap);
+    bad[bad.length >> 1] ^= 0xff;
+    await assert.rejects(c.restore(bad, worldName("bad")), (e) => e instanceof InvalidArgument);
+    await assert.rejects(c.restore(snap, copy), (e) => e.codeName === "ALREADY_EXISTS");
+    await c.deleteWorld(name);
+    await c.deleteWorld(copy);
   } finally {
     c.close();
   }
