@@ -33,7 +33,7 @@ NODE_DIR = ROOT / "client" / "node"
 FIELDS = ("remove_ids", "add_ids", "add_boxes", "add_category", "add_mask", "add_static", "update_ids",
           "update_boxes")
 # What the build reads: a newer one than dist/index.js means the package is rebuilt before the tests.
-BUILD_INPUTS = ("src/*.ts", "scripts/build.mjs", "tsconfig.json", "package-lock.json")
+BUILD_INPUTS = ("src/*.ts", "examples/*.ts", "scripts/build.mjs", "tsconfig.json", "package-lock.json")
 
 
 def _missing() -> str | None:

@@ -14,7 +14,7 @@ if [ ! -f "$stamp" ] || [ package-lock.json -nt "$stamp" ] || [ package.json -nt
   npm ci --no-audit --no-fund --loglevel=error
   touch "$stamp"
 fi
-if [ ! -f dist/index.js ] || [ -n "$(find src scripts tsconfig.json package-lock.json ../../proto/sapgrid/v1 \
+if [ ! -f dist/index.js ] || [ -n "$(find src scripts examples tsconfig.json package-lock.json ../../proto/sapgrid/v1 \
     -newer dist/index.js \( -name '*.ts' -o -name '*.mjs' -o -name '*.json' -o -name '*.proto' \) -print -quit)" ]; then
   echo "setup: building client/node"
   npm run build --silent

@@ -1,7 +1,7 @@
 // Build of the package: copy the contract's protos (and the gRPC health and google.rpc error protos,
 // taken from the npm packages that ship them) into proto/, generate the TypeScript types of the
 // messages and services with @grpc/proto-loader's proto-loader-gen-types into src/generated/, compile
-// with tsc into dist/ (.js and .d.ts).
+// with tsc into dist/ (.js and .d.ts), and type-check examples/*.ts against the result.
 import { cpSync, existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { execFileSync } from "node:child_process";
 import { createRequire } from "node:module";
@@ -44,3 +44,5 @@ execFileSync(process.execPath, [genTypes, "--keepCase", "--longs=String", "--enu
 
 rmSync(path.join(here, "dist"), { recursive: true, force: true });
 execFileSync(process.execPath, [require.resolve("typescript/bin/tsc"), "-p", here], { stdio: "inherit" });
+// A TypeScript user's code type-checked against the published .d.ts (through the package's exports).
+execFileSync(process.execPath, [require.resolve("typescript/bin/tsc"), "-p", path.join(here, "examples")], { stdio: "inherit" });
