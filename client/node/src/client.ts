@@ -60,7 +60,10 @@ export interface PairsPage {
   frame: bigint;
 }
 
-/** Every delta of a world from now on: `for await (const d of sub)`, `sub.cancel()` ends it. */
+/**
+ * Every delta of a world from now on: `for await (const d of sub)`. `sub.cancel()` ends it, and so does
+ * leaving the loop (break, return, throw): the server drops the subscriber then.
+ */
 export class Subscription implements AsyncIterable<Delta> {
   private cancelled = false;
 
@@ -74,13 +77,15 @@ export class Subscription implements AsyncIterable<Delta> {
         yield deltaFrom((resp as { delta: Parameters<typeof deltaFrom>[0] }).delta);
       }
     } catch (e) {
-      const err = fromServiceError(e as Error);
-      if (this.cancelled && err.code === status.CANCELLED) return;
-      throw err;
+      if (this.cancelled) return;
+      throw fromServiceError(e as Error);
+    } finally {
+      this.cancel();
     }
   }
 
   cancel(): void {
+    if (this.cancelled) return;
     this.cancelled = true;
     this.call.cancel();
   }

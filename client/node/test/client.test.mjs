@@ -246,7 +246,7 @@ async function waitSubscribers(name, count) {
   assert.fail(`world ${name} never had ${count} subscribers`);
 }
 
-test("subscribe: every delta of the world, in order, as the writer got it; region views; cancel", { timeout: 120_000 }, async () => {
+test("subscribe: every delta of the world, in order, as the writer got it; region views; break and cancel end it", { timeout: 120_000 }, async () => {
   const name = worldName("sub");
   await client.createWorld(name, { dims: 2, bounds: [0, 0, 100, 100], cells: [4, 4] });
   const sub = client.subscribe(name);
@@ -285,8 +285,12 @@ test("subscribe: every delta of the world, in order, as the writer got it; regio
     if (inside.has(String(all[i])) || inside.has(String(all[i + 1]))) want.push(`${all[i]}-${all[i + 1]}`);
   }
   assert.deepEqual([...view].sort(), want.sort());
-  sub.cancel();
-  region.cancel();
+  await waitSubscribers(name, 0); // leaving a loop ends its subscription
+  // cancel() ends a loop that waits for deltas, without an error.
+  const idle = client.subscribe(name);
+  await waitSubscribers(name, 1);
+  setTimeout(() => idle.cancel(), 50);
+  for await (const _ of idle) assert.fail("no frame was sent");
   await waitSubscribers(name, 0);
   // A deleted world ends its subscriptions with NOT_FOUND.
   const late = client.subscribe(name);
