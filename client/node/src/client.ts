@@ -22,7 +22,8 @@ type WithWorld = { world: WorldInfo__Output | null };
 import { contract } from "./proto";
 import { PairMirror } from "./mirror";
 import { FrameStream } from "./stream";
-import type { OpenOptions, StreamOptions } from "./stream";
+import type { FrameCall, OpenOptions, StreamOptions } from "./stream";
+import type { StreamFramesResponse__Output } from "./generated/sapgrid/v1/StreamFramesResponse";
 import type { SnapshotWorldResponse__Output } from "./generated/sapgrid/v1/SnapshotWorldResponse";
 import type { StreamPairsResponse__Output } from "./generated/sapgrid/v1/StreamPairsResponse";
 
@@ -271,10 +272,12 @@ export class Client {
     return this.unary(this.stub.FreezeWorld, { name, frozen }, (r: WithWorld) => infoFrom(r.world), name);
   }
 
-  /** @internal The StreamFrames call of a FrameStream. */
-  openFrameCall(world: string, timeoutMs?: number) {
+  /** @internal The StreamFrames call of a FrameStream (its requests go out as the stream serialized them). */
+  openFrameCall(world: string, timeoutMs?: number): FrameCall {
     const opts: grpc.CallOptions = timeoutMs ? { deadline: Date.now() + timeoutMs } : {};
-    return this.stub.StreamFrames(this.metadata(world), opts);
+    const method = contract().sapgrid.v1.SapgridService.service.StreamFrames;
+    return this.stub.makeBidiStreamRequest(method.path, (b: Buffer) => b,
+      method.responseDeserialize as (b: Buffer) => StreamFramesResponse__Output, this.metadata(world), opts);
   }
 
   // ---- queries and pairs -------------------------------------------------------------------------

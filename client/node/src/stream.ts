@@ -21,14 +21,17 @@ import type { Delta, FrameInput, WorldInfo } from "./codec";
 import { fromFrameError, fromServiceError, makeError, SapgridError } from "./errors";
 import type { Frame } from "./generated/sapgrid/v1/Frame";
 import type { PairMirror } from "./mirror";
+import { contract } from "./proto";
 import type { StreamFramesRequest } from "./generated/sapgrid/v1/StreamFramesRequest";
 import type { StreamFramesResponse__Output } from "./generated/sapgrid/v1/StreamFramesResponse";
 
-type Call = ClientDuplexStream<StreamFramesRequest, StreamFramesResponse__Output>;
+/** A StreamFrames call whose requests are sent already serialized (each frame is encoded once, at send). */
+export type FrameCall = ClientDuplexStream<Buffer, StreamFramesResponse__Output>;
+type Call = FrameCall;
 
 /** What a FrameStream needs of its client. */
 export interface StreamHost {
-  openFrameCall(world: string, timeoutMs?: number): Call;
+  openFrameCall(world: string, timeoutMs?: number): FrameCall;
   getWorld(name: string): Promise<WorldInfo>;
   readonly maxMessageBytes: number;
 }
@@ -68,7 +71,8 @@ type Answer = { delta: Delta } | { error: SapgridError };
 
 interface Pending {
   seq: bigint;
-  request: StreamFramesRequest;
+  /** The serialized StreamFramesRequest: encoded once, when sent (the caller may reuse its arrays at once). */
+  request: Buffer;
   numbered: boolean; // numbered by the stream (renumbered after a refused frame)
 }
 
@@ -78,16 +82,9 @@ interface Pending {
 const CALL_RETRY = new Set([status.UNAVAILABLE, status.CANCELLED, status.UNKNOWN, status.RESOURCE_EXHAUSTED,
   status.NOT_FOUND, status.INTERNAL]);
 const FRAME_RETRY = new Set([status.UNAVAILABLE, status.NOT_FOUND]);
-const BULK = ["remove_ids", "add_ids", "add_boxes", "add_category", "add_mask", "add_static", "update_ids",
-  "update_boxes"] as const;
 
-function frameBytes(f: Frame): number {
-  let n = 64 + Buffer.byteLength(f.world ?? "") + Buffer.byteLength(f.writer ?? "");
-  for (const k of BULK) {
-    const v = f[k];
-    if (v) n += v.length + 6;
-  }
-  return n;
+function serialize(request: StreamFramesRequest): Buffer {
+  return contract().sapgrid.v1.StreamFramesRequest.serialize(request);
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -181,14 +178,13 @@ export class FrameStream {
   }
 
   private push(seq: bigint, msg: Frame, numbered: boolean): void {
-    const size = frameBytes(msg);
-    if (size > this.host.maxMessageBytes) {
-      throw makeError(status.RESOURCE_EXHAUSTED, `frame: ${size} bytes is more than the message limit of ` +
+    const request = serialize({ frame: msg });
+    if (request.length > this.host.maxMessageBytes) {
+      throw makeError(status.RESOURCE_EXHAUSTED, `frame: ${request.length} bytes is more than the message limit of ` +
         `${this.host.maxMessageBytes} bytes; raise it on both sides (maxMessageBytes and sapgrid serve ` +
         `--max-message-bytes) or send the objects in several frames`, "frame");
     }
     if (seq >= this.nextSeq) this.nextSeq = seq + 1n;
-    const request: StreamFramesRequest = { frame: msg };
     this.pending.push({ seq, request, numbered });
     if (this.call && !this.recovering) this.call.write(request);
   }
@@ -199,6 +195,9 @@ export class FrameStream {
     if (answer) return "delta" in answer ? Promise.resolve(answer.delta) : Promise.reject(answer.error);
     if (this.failure) return Promise.reject(this.failure);
     if (this.closed) return Promise.reject(makeError(status.CANCELLED, "recv: the stream is closed"));
+    if (this.waiters.length >= this.pending.length) {
+      return Promise.reject(makeError(status.FAILED_PRECONDITION, "recv() with no frame in flight"));
+    }
     return new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
   }
 
@@ -270,7 +269,8 @@ export class FrameStream {
     for (const p of this.pending) {
       if (p.numbered && p.seq > refused) {
         p.seq -= 1n;
-        p.request = { frame: { ...p.request.frame, seq: p.seq.toString() } };
+        const { frame } = contract().sapgrid.v1.StreamFramesRequest.deserialize(p.request);
+        p.request = serialize({ frame: { ...frame!, seq: p.seq.toString() } });
       }
     }
     this.nextSeq -= 1n;

@@ -149,6 +149,26 @@ test("a pipelined stream: 40 frames sent ahead, answered in order, pairs equal a
   await client.deleteWorld(name);
 });
 
+test("a frame is encoded when sent: its arrays may be reused at once (one buffer for every tick)", { timeout: 120_000 }, async () => {
+  const name = worldName("reuse");
+  await client.createWorld(name, { dims: 2, bounds: [0, 0, 10, 10], cells: [1, 1] });
+  const s = await client.stream(name);
+  const ids = new BigUint64Array([1n, 2n]);
+  const boxes = new Float32Array([0, 0, 1, 1, 0.5, 0.5, 2, 2]);
+  s.send({ addIds: ids, addBoxes: boxes });
+  ids.set([3n, 4n]); // the caller's next tick, written into the same arrays before any answer came
+  boxes.set([5, 5, 6, 6, 7, 7, 8, 8]);
+  s.send({ addIds: ids, addBoxes: boxes });
+  assert.deepEqual((await s.recv()).created, new BigUint64Array([1n, 2n]));
+  assert.deepEqual((await s.recv()).created, new BigUint64Array(0));
+  await assert.rejects(s.recv(), (e) => e.codeName === "FAILED_PRECONDITION" && /no frame in flight/.test(e.message));
+  s.close();
+  const q = await client.query(name, [5, 5, 8, 8], { includeBoxes: true });
+  assert.deepEqual(q.ids, new BigUint64Array([3n, 4n]));
+  assert.deepEqual(q.boxes, new Float32Array([5, 5, 6, 6, 7, 7, 8, 8]));
+  await client.deleteWorld(name);
+});
+
 test("refused frames: typed errors with field and index, the world unchanged, the stream goes on", { timeout: 120_000 }, async () => {
   const name = worldName("errors");
   await client.createWorld(name, { dims: 2, bounds: [0, 0, 10, 10], cells: [2, 2] });
