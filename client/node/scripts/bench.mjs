@@ -1,7 +1,7 @@
 // The Node client's cost per frame against the Python client's, in the same run on the same server:
 //   node scripts/bench.mjs --server HOST:PORT [--objects 10000] [--frames 200] [--python ../../.venv/bin/python]
 // A 2D world of N objects where every object moves every frame (the crowd case). Measured per client:
-// round trip median / p99 of one frame at a time (send, wait for the delta), the server's own time of
+// after 20 frames of warm-up, round trip median / p99 of one frame at a time (send, wait for the delta), the server's own time of
 // a frame (FrameStats.server_seconds) and so the client side of the round trip (round trip - server
 // time: encode, transport, decode), and frames/s with 8 frames in flight on one stream.
 // The Python peer (scripts/bench_peer.py) runs the same measure with sapgrid.client after the Node one.
@@ -59,6 +59,7 @@ const ids = BigUint64Array.from({ length: N }, (_, i) => BigInt(i + 1));
 const s = await c.stream(world);
 await s.step({ addIds: ids, addBoxes: boxes() });
 const frames = Array.from({ length: FRAMES }, boxes); // made before timing
+for (let k = 0; k < 20; k++) await s.step({ updateIds: ids, updateBoxes: frames[k] }); // warm-up, not timed
 const rt = [], srv = [];
 for (let k = 0; k < FRAMES; k++) {
   const t0 = process.hrtime.bigint();
