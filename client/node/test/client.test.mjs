@@ -62,6 +62,25 @@ test("health, version and readiness", { timeout: 120_000 }, async () => {
   assert.match(await client.serverVersion(), /^\d+\.\d+\.\d+/);
 });
 
+test("no server: waitReady and calls are refused Unavailable", { timeout: 60_000 }, async () => {
+  const net = await import("node:net");
+  const port = await new Promise((resolve) => {
+    const srv = net.createServer().listen(0, "127.0.0.1", () => {
+      const p = srv.address().port;
+      srv.close(() => resolve(p));
+    });
+  });
+  const nobody = new Client(`127.0.0.1:${port}`, { timeoutMs: 5000 });
+  try {
+    await assert.rejects(nobody.waitReady(300), (e) => e instanceof SapgridError && e.codeName === "UNAVAILABLE");
+    await assert.rejects(nobody.listWorlds(), (e) => e instanceof SapgridError && e.codeName === "UNAVAILABLE");
+    const s = nobody.openStream("w");
+    await assert.rejects(s.step({ removeIds: [1n] }), (e) => e instanceof SapgridError && e.codeName === "UNAVAILABLE");
+  } finally {
+    nobody.close();
+  }
+});
+
 test("worlds: create with snake_case config fields on the wire, get, list, refuse, delete", { timeout: 120_000 }, async () => {
   const name = worldName("worlds");
   const info = await client.createWorld(name, { dims: 3, bounds: [0, 0, 0, 50, 50, 50], expectedObjects: 200_000, maxObjects: 3 });
