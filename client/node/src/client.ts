@@ -24,6 +24,7 @@ import { PairMirror } from "./mirror";
 import { FrameStream } from "./stream";
 import type { FrameCall, OpenOptions, StreamOptions } from "./stream";
 import type { StreamFramesResponse__Output } from "./generated/sapgrid/v1/StreamFramesResponse";
+import type { SubscribeResponse__Output } from "./generated/sapgrid/v1/SubscribeResponse";
 import type { SnapshotWorldResponse__Output } from "./generated/sapgrid/v1/SnapshotWorldResponse";
 import type { StreamPairsResponse__Output } from "./generated/sapgrid/v1/StreamPairsResponse";
 
@@ -65,30 +66,65 @@ export interface PairsPage {
  * Every delta of a world from now on: `for await (const d of sub)`. `sub.cancel()` ends it, and so does
  * leaving the loop (break, return, throw): the server drops the subscriber then.
  */
-export class Subscription implements AsyncIterable<Delta> {
+export class Subscription implements AsyncIterable<Delta>, AsyncIterator<Delta> {
   private cancelled = false;
+  private readonly queue: Delta[] = [];
+  private waiter: { resolve: (r: IteratorResult<Delta>) => void; reject: (e: SapgridError) => void } | undefined;
+  private done = false;
+  private error: SapgridError | undefined;
 
-  constructor(private readonly call: grpc.ClientReadableStream<{ delta: unknown }>) {
-    call.on("error", () => undefined); // errors surface through iteration
+  constructor(private readonly call: grpc.ClientReadableStream<SubscribeResponse__Output>) {
+    call.on("data", (r: SubscribeResponse__Output) => this.push(deltaFrom(r.delta!)));
+    call.on("error", (e: grpc.ServiceError) => this.finish(this.cancelled ? undefined : fromServiceError(e)));
+    // grpc-js ends the readable side just before it emits a failed call's error: the end waits a turn.
+    call.on("end", () => setImmediate(() => this.finish(undefined)));
   }
 
-  async *[Symbol.asyncIterator](): AsyncIterator<Delta> {
-    try {
-      for await (const resp of this.call) {
-        yield deltaFrom((resp as { delta: Parameters<typeof deltaFrom>[0] }).delta);
-      }
-    } catch (e) {
-      if (this.cancelled) return;
-      throw fromServiceError(e as Error);
-    } finally {
-      this.cancel();
+  private push(delta: Delta): void {
+    const w = this.waiter;
+    this.waiter = undefined;
+    if (w) w.resolve({ value: delta, done: false });
+    else this.queue.push(delta);
+  }
+
+  private finish(error: SapgridError | undefined): void {
+    if (this.done) return;
+    this.done = true;
+    this.error = error;
+    const w = this.waiter;
+    this.waiter = undefined;
+    if (w && error) w.reject(error);
+    else if (w) w.resolve({ value: undefined, done: true });
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<Delta> {
+    return this;
+  }
+
+  /** The next delta; done when the subscription was cancelled; rejects with the error that ended it. */
+  next(): Promise<IteratorResult<Delta>> {
+    const delta = this.queue.shift();
+    if (delta) return Promise.resolve({ value: delta, done: false });
+    if (this.done) {
+      const err = this.error;
+      this.error = undefined; // raised once
+      return err ? Promise.reject(err) : Promise.resolve({ value: undefined, done: true });
     }
+    return new Promise((resolve, reject) => (this.waiter = { resolve, reject }));
+  }
+
+  /** Leaving a for-await loop (break, return, throw) ends the subscription. */
+  return(): Promise<IteratorResult<Delta>> {
+    this.cancel();
+    return Promise.resolve({ value: undefined, done: true });
   }
 
   cancel(): void {
     if (this.cancelled) return;
     this.cancelled = true;
+    this.queue.length = 0;
     this.call.cancel();
+    this.finish(undefined);
   }
 }
 
@@ -242,7 +278,7 @@ export class Client {
       const chunks: Buffer[] = [];
       call.on("data", (r: SnapshotWorldResponse__Output) => chunks.push(r.chunk));
       call.on("error", (err) => reject(fromServiceError(err)));
-      call.on("end", () => resolve(Buffer.concat(chunks)));
+      call.on("end", () => setImmediate(() => resolve(Buffer.concat(chunks))));
     });
   }
 
@@ -317,13 +353,14 @@ export class Client {
         frame = BigInt(r.frame);
       });
       call.on("error", (err) => reject(fromServiceError(err)));
-      call.on("end", () => {
+      // grpc-js ends the readable side just before it emits a failed call's error: the end waits a turn.
+      call.on("end", () => setImmediate(() => {
         try {
           resolve([joinPairs(chunks), frame]);
         } catch (e) {
           reject(e);
         }
-      });
+      }));
     });
   }
 
@@ -335,7 +372,7 @@ export class Client {
     const region = opts.region ? regionValues(opts.region) : [];
     const call = this.stub.Subscribe({ world, region }, this.metadata(world),
       opts.timeoutMs ? { deadline: Date.now() + opts.timeoutMs } : {});
-    return new Subscription(call as unknown as grpc.ClientReadableStream<{ delta: unknown }>);
+    return new Subscription(call);
   }
 
   close(): void {
