@@ -86,15 +86,16 @@ def record_vector(client: Client, name: str, world: dict, frames: list[dict]) ->
             "final_pairs": final}
 
 
-def parity_frames(rng: np.random.Generator, n_start: int = 300, n_frames: int = 30) -> list[dict]:
-    """Random frames of a 200x200 world: ids past 2^53, moves of 30% of the objects, removes and adds
-    with category/mask/static, and three refused frames (a live id added, an unknown id moved, a box
+def parity_frames(rng: np.random.Generator, dims: int = 2, n_start: int = 300, n_frames: int = 30) -> list[dict]:
+    """Random frames of a world 200 units wide: ids past 2^53, moves of 30% of the objects, removes and
+    adds with category/mask/static, and three refused frames (a live id added, an unknown id moved, a box
     with min > max) that must change nothing."""
     base = np.uint64(1 << 60)
+    size = 8 if dims == 2 else 20
 
     def boxes(n):
-        lo = rng.uniform(0, 190, (n, 2)).astype(np.float32)
-        return np.concatenate([lo, lo + rng.uniform(1, 8, (n, 2)).astype(np.float32)], axis=1)
+        lo = rng.uniform(0, 190, (n, dims)).astype(np.float32)
+        return np.concatenate([lo, lo + rng.uniform(1, size, (n, dims)).astype(np.float32)], axis=1)
 
     live = list(range(n_start))
     next_id = n_start
@@ -110,7 +111,7 @@ def parity_frames(rng: np.random.Generator, n_start: int = 300, n_frames: int = 
             f["update_boxes"] = boxes(3).tobytes()
         elif seq == 19:   # min > max: refused, update_boxes[1]
             bad = boxes(2)
-            bad[1, 0] = bad[1, 2] + 1
+            bad[1, 0] = bad[1, dims] + 1
             f["update_ids"] = (base + np.array(live[5:7], np.uint64)).tobytes()
             f["update_boxes"] = bad.tobytes()
         else:
@@ -172,21 +173,23 @@ def _need_node() -> None:
 
 def test_node_client_against_a_real_server(server, tmp_path):
     _need_node()
-    world = {"dims": 2, "bounds": [0.0, 0.0, 200.0, 200.0], "cells": [8, 8]}
-    with Client(server.address, timeout=120) as c:
-        vector = record_vector(c, "python-parity", world, parity_frames(np.random.default_rng(2024)))
-    errors = [s["expect"]["error"] for s in vector["steps"] if "error" in s["expect"]]
-    assert [(e["field"], e["index"]) for e in errors] == [("add_ids", 1), ("update_ids", 2), ("update_boxes", 1)]
-    assert vector["final_pairs"] and all(s["expect"].get("created") for s in vector["steps"][:1])
-    parity = tmp_path / "python-parity.json"
-    parity.write_text(json.dumps(vector))
-    env = {"SAPGRID_ADDRESS": server.address, "SAPGRID_VECTORS": str(parity)}
+    worlds = {2: {"dims": 2, "bounds": [0.0, 0.0, 200.0, 200.0], "cells": [8, 8]},
+              3: {"dims": 3, "bounds": [0.0, 0.0, 0.0, 200.0, 200.0, 200.0], "cells": [4, 4, 4]}}
+    for dims, world in worlds.items():
+        with Client(server.address, timeout=120) as c:
+            vector = record_vector(c, f"python-parity-{dims}d", world,
+                                   parity_frames(np.random.default_rng(2024 + dims), dims))
+        errors = [s["expect"]["error"] for s in vector["steps"] if "error" in s["expect"]]
+        assert [(e["field"], e["index"]) for e in errors] == [("add_ids", 1), ("update_ids", 2), ("update_boxes", 1)]
+        assert len(vector["final_pairs"]) > 20 * 32 and vector["steps"][0]["expect"]["created"]
+        (tmp_path / f"python-parity-{dims}d.json").write_text(json.dumps(vector))
+    env = {"SAPGRID_ADDRESS": server.address, "SAPGRID_VECTORS": str(tmp_path)}
     if not _server_sends_digests(server.address):
         env["SAPGRID_ALLOW_ZERO_DIGEST"] = "1"     # a server from before Delta.pairs_digest
     out = _run_node_tests(["codec.test.mjs", "client.test.mjs", "conformance.test.mjs"], env)
-    assert _tap_counts(out)["pass"] >= 14, out[-3000:]
-    assert re.search(r"^ok \d+ - vector python-parity$", out, re.M), out[-3000:]
-    assert re.search(r"^ok \d+ - vector node-basic-2d$", out, re.M), out[-3000:]
+    assert _tap_counts(out)["pass"] >= 17, out[-3000:]
+    for name in ("python-parity-2d", "python-parity-3d", "node-basic-2d"):
+        assert re.search(rf"^ok \d+ - vector {name}$", out, re.M), out[-3000:]
 
 
 def test_node_client_resumes_writer_streams(tmp_path):

@@ -207,13 +207,22 @@ test("refused frames: typed errors with field and index, the world unchanged, th
   assert.ok(e2 instanceof FailedPrecondition || e2 instanceof InvalidArgument, String(e2));
   assert.equal(e2.field, "update_boxes");
   const e3 = await rejection(s.recv());
-  assert.ok(e3 instanceof NotFound || e3 instanceof FailedPrecondition, String(e3));
+  assert.ok(e3 instanceof FailedPrecondition, String(e3)); // the stream is bound to its world (x-sapgrid-world)
   const d2 = await s.recv();
   assert.deepEqual(d2.deleted, new BigUint64Array([1n, 2n]));
   assert.equal(d2.frame, 2n); // the refused frames changed nothing
   assert.equal(d2.stats.objects, 2);
   s.close();
   await assert.rejects(s.recv(), (e) => e instanceof SapgridError && e.codeName === "CANCELLED");
+  // A frame naming another world that exists: refused in its slot, nothing written there.
+  const other = worldName("other");
+  await client.createWorld(other, { dims: 2, bounds: [0, 0, 10, 10], cells: [1, 1] });
+  const bound = await client.stream(name);
+  await assert.rejects(bound.step({ world: other, addIds: [1n], addBoxes: [0, 0, 1, 1] }),
+    (e) => e instanceof FailedPrecondition && e.message.includes(other));
+  bound.close();
+  assert.equal((await client.getWorld(other)).objects, 0);
+  await client.deleteWorld(other);
 
   // Unary: the BadRequest detail of the status names the field and row.
   const e4 = await rejection(client.step(name, { addIds: [5, 6, 7], addBoxes: [0, 0, 1, 1, 0, 0, 1, 1, 0, 0, NaN, 1] }));
