@@ -13,6 +13,7 @@
  */
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
+import { existsSync } from "node:fs";
 import path from "node:path";
 
 import type { ProtoGrpcType as SapgridProto } from "./generated/sapgrid_service";
@@ -39,6 +40,9 @@ let loaded: Loaded | undefined;
 /** The loaded package definition (loaded on first use). */
 export function contract(): Loaded {
   if (!loaded) {
+    if (!existsSync(path.join(PROTO_DIR, "sapgrid", "v1", "sapgrid_service.proto"))) {
+      throw new Error(`sapgrid client: no protos in ${PROTO_DIR}; build the package first (npm run build)`);
+    }
     const definition = protoLoader.loadSync(
       ["sapgrid/v1/sapgrid_service.proto", "grpc/health/v1/health.proto", "google/rpc/status.proto",
         "google/rpc/error_details.proto"],
