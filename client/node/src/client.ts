@@ -208,7 +208,13 @@ export class Client {
   /** Create a world (dims 2 or 3, bounds mins then maxs, cells per axis or none: the server picks). */
   createWorld(name: string, opts: WorldOptions & { ifNotExists?: boolean } = {}): Promise<WorldInfo> {
     const { ifNotExists, ...config } = opts;
-    return this.unary(this.stub.CreateWorld, { name, config: configMessage(config), if_not_exists: ifNotExists ?? false },
+    let msg;
+    try {
+      msg = configMessage(config);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this.unary(this.stub.CreateWorld, { name, config: msg, if_not_exists: ifNotExists ?? false },
       (r: WithWorld) => infoFrom(r.world), name);
   }
 

@@ -112,6 +112,8 @@ test("worlds: create with snake_case config fields on the wire, get, list, refus
   const badName = await rejection(client.createWorld("no spaces allowed", {}));
   assert.ok(badName instanceof InvalidArgument, String(badName));
   assert.match(badName.message, /name/);
+  const badLimit = await rejection(client.createWorld(worldName("bad"), { maxObjects: -1 }));
+  assert.ok(badLimit instanceof InvalidArgument && /maxObjects/.test(badLimit.message), String(badLimit));
   const badBounds = await rejection(client.createWorld(worldName("bad"), { dims: 2, bounds: [0, 0, -1, 10] }));
   assert.ok(badBounds instanceof InvalidArgument, String(badBounds));
 
