@@ -202,4 +202,4 @@ def test_node_client_resumes_writer_streams(tmp_path):
     if "--data-dir" not in helped.stdout:
         pytest.skip("this server has no durable worlds (sapgrid serve --data-dir): resume needs them")
     out = _run_node_tests(["durable.test.mjs"], {"SAPGRID_SERVE": str(sapgrid)})
-    assert _tap_counts(out)["pass"] == 6, out[-3000:]
+    assert _tap_counts(out)["pass"] == 7, out[-3000:]

@@ -21,7 +21,7 @@ import type { WorldInfo__Output } from "./generated/sapgrid/v1/WorldInfo";
 type WithWorld = { world: WorldInfo__Output | null };
 import { contract } from "./proto";
 import { PairMirror } from "./mirror";
-import { FrameStream } from "./stream";
+import { backoffOf, FrameStream, OPEN_RETRY, retrying } from "./stream";
 import type { FrameCall, OpenOptions, StreamOptions } from "./stream";
 import type { StreamFramesResponse__Output } from "./generated/sapgrid/v1/StreamFramesResponse";
 import type { SubscribeResponse__Output } from "./generated/sapgrid/v1/SubscribeResponse";
@@ -260,8 +260,12 @@ export class Client {
       throw makeError(status.INVALID_ARGUMENT, "resume: a resuming stream needs a writer (the server tells the " +
         "frames it applied by writer and seq)", "writer");
     }
-    const mirror = opts.verify ? await this.mirror(world) : undefined;
-    const firstSeq = opts.writer ? ((await this.getWorld(world)).writers.get(opts.writer) ?? 0n) + 1n : 1n;
+    // A resuming stream's opening calls retry a broken connection (not an unknown world) within its deadline.
+    const call = <T>(attempt: () => Promise<T>, what: string): Promise<T> =>
+      (opts.resume ? retrying(attempt, `world ${world}: ${what}`, backoffOf(opts.backoff), OPEN_RETRY) : attempt());
+    const mirror = opts.verify ? await call(() => this.mirror(world), "mirror") : undefined;
+    const firstSeq = opts.writer
+      ? ((await call(() => this.getWorld(world), "where the writer stands")).writers.get(opts.writer) ?? 0n) + 1n : 1n;
     return new FrameStream(this, world, { ...opts, firstSeq, mirror });
   }
 

@@ -89,6 +89,43 @@ function serialize(request: StreamFramesRequest): Buffer {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** The backoff of a resuming stream with its defaults filled in. */
+export function backoffOf(b: Backoff = {}): Required<Backoff> {
+  return { initialMs: 50, maxMs: 1000, deadlineMs: 60_000, ...b };
+}
+
+/**
+ * `attempt()`, again with exponential backoff while it fails with a code worth retrying (a broken
+ * connection, a restarting server), for at most `deadlineMs`; then its last error, saying so. Opening a
+ * resuming stream uses it without NOT_FOUND (an unknown world fails at once).
+ */
+export async function retrying<T>(attempt: () => Promise<T>, what: string, backoff: Required<Backoff>,
+  retry: ReadonlySet<number> = CALL_RETRY): Promise<T> {
+  const giveUp = Date.now() + backoff.deadlineMs;
+  let delay = backoff.initialMs;
+  for (;;) {
+    let last: SapgridError;
+    try {
+      return await attempt();
+    } catch (e) {
+      last = fromServiceError(e as Error);
+      if (!retry.has(last.code)) throw last;
+    }
+    if (Date.now() + delay > giveUp) {
+      throw makeError(last.code, `${what}: gave up after ${backoff.deadlineMs / 1000} s: ${last.message}`);
+    }
+    await sleep(delay);
+    delay = Math.min(delay * 2, backoff.maxMs);
+  }
+}
+
+// Recovering retries what a broken call ends with (CANCELLED here is a call the transport cancelled: a
+// stream this client closes stops recovering first).
+const RECOVER_RETRY: ReadonlySet<number> = CALL_RETRY;
+
+/** The codes opening a resuming stream retries: those of a broken call, but not an unknown world. */
+export const OPEN_RETRY: ReadonlySet<number> = new Set([...CALL_RETRY].filter((c) => c !== status.NOT_FOUND));
+
 /** One StreamFrames call: `send` frames ahead, `recv` their answers in order (`step` = send + recv). */
 export class FrameStream {
   readonly world: string;
@@ -125,7 +162,7 @@ export class FrameStream {
     this.mirror = opts.mirror;
     this.timeoutMs = opts.timeoutMs;
     this.nextSeq = u64(opts.firstSeq ?? 1, "firstSeq");
-    this.backoff = { initialMs: 50, maxMs: 1000, deadlineMs: 60_000, ...opts.backoff };
+    this.backoff = backoffOf(opts.backoff);
     this.call = this.open();
   }
 
@@ -299,49 +336,35 @@ export class FrameStream {
   }
 
   private async recoverLoop(cause: SapgridError): Promise<void> {
-    const giveUp = Date.now() + this.backoff.deadlineMs;
-    let delay = this.backoff.initialMs;
-    let last = cause;
-    for (;;) {
-      if (this.closed) return;
-      try {
-        const info = await this.host.getWorld(this.world);
-        if (this.closed) return;
-        if (info.frozen) throw makeError(status.UNAVAILABLE, `world ${this.world} is frozen (moving)`);
-        const stands = info.writers.get(this.writer) ?? 0n;
-        const first = this.pending[0]?.seq ?? this.nextSeq;
-        if (stands < first - 1n) {
-          this.recovering = false;
-          this.fail(makeError(status.DATA_LOSS, `world ${this.world}: writer ${this.writer} stands at seq ${stands} but ` +
-            `the server had answered its frames up to seq ${first - 1n}: answered frames were lost (a server ` +
-            `without a data directory, or with --fsync no, restarted)`, "writer"));
-          return;
-        }
-        for (const p of this.pending) {
-          this.resent++;
-          if (p.seq <= stands) this.resentApplied++;
-        }
-        this.reconnects++;
-        this.recovering = false;
-        this.call = this.open();
-        return;
-      } catch (e) {
-        const err = fromServiceError(e as Error);
-        if (!CALL_RETRY.has(err.code)) {
-          this.recovering = false;
-          this.fail(err);
-          return;
-        }
-        last = err;
+    const where = async (): Promise<bigint> => {
+      if (this.closed) throw makeError(status.ABORTED, "the stream is closed"); // ends the retries
+      const info = await this.host.getWorld(this.world);
+      if (info.frozen) throw makeError(status.UNAVAILABLE, `world ${this.world} is frozen (moving)`);
+      const stands = info.writers.get(this.writer) ?? 0n;
+      const first = this.pending[0]?.seq ?? this.nextSeq;
+      if (stands < first - 1n) {
+        throw makeError(status.DATA_LOSS, `world ${this.world}: writer ${this.writer} stands at seq ${stands} but ` +
+          `the server had answered its frames up to seq ${first - 1n}: answered frames were lost (a server ` +
+          `without a data directory, or with --fsync no, restarted)`, "writer");
       }
-      if (Date.now() + delay > giveUp) {
-        this.recovering = false;
-        this.fail(makeError(last.code, `world ${this.world}: could not resume writer ${this.writer} within ` +
-          `${this.backoff.deadlineMs / 1000} s: ${last.message}`));
-        return;
-      }
-      await sleep(delay);
-      delay = Math.min(delay * 2, this.backoff.maxMs);
+      return stands;
+    };
+    let stands: bigint;
+    try {
+      stands = await retrying(where, `world ${this.world}: could not resume writer ${this.writer} (${cause.message})`,
+        this.backoff, RECOVER_RETRY);
+    } catch (e) {
+      this.recovering = false;
+      if (!this.closed) this.fail(e as SapgridError);
+      return;
     }
+    if (this.closed) return;
+    for (const p of this.pending) {
+      this.resent++;
+      if (p.seq <= stands) this.resentApplied++;
+    }
+    this.reconnects++;
+    this.recovering = false;
+    this.call = this.open();
   }
 }

@@ -13,7 +13,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 
-import { Client, DataLoss, FailedPrecondition, InvalidArgument } from "../dist/index.js";
+import { Client, DataLoss, FailedPrecondition, InvalidArgument, NotFound } from "../dist/index.js";
 import { worldName } from "./helpers.mjs";
 
 const SERVE = process.env.SAPGRID_SERVE;
@@ -247,6 +247,28 @@ test("resume across a server killed and started again on its data directory", { 
     c.close();
     direct.close();
     await relay.close();
+  }
+});
+
+test("opening a resuming stream waits for a server that is down; an unknown world fails at once", { timeout: 300_000 }, async () => {
+  const c = new Client(`127.0.0.1:${port}`);
+  try {
+    const name = worldName("opening");
+    await c.createWorld(name, { dims: 2, bounds: [0, 0, 10, 10], cells: [2, 2] });
+    await (await c.stream(name, { writer: "o" })).step({ addIds: [1n], addBoxes: [0, 0, 1, 1] });
+    await stopServer(server);
+    const opening = c.stream(name, { writer: "o", resume: true, verify: true, backoff: { initialMs: 50, maxMs: 200 } });
+    await sleep(300);
+    server = await startServer(port, dataDir);
+    const s = await opening;
+    assert.equal((await s.step({ addIds: [2n], addBoxes: [0, 0, 1, 1] })).seq, 2n); // the world and its writer survived
+    s.close();
+    // Not retried: were it, the retries would outlast this test's own deadline.
+    await assert.rejects(c.stream(worldName("nowhere"), { writer: "o", resume: true, backoff: { deadlineMs: 3_600_000 } }),
+      (e) => e instanceof NotFound && !/gave up/.test(e.message));
+    await c.deleteWorld(name);
+  } finally {
+    c.close();
   }
 });
 
