@@ -130,7 +130,8 @@ _HELP = {
     "echo": "also serve the bench-only EchoService (the transport baseline of `sapgrid bench --server`); off by "
             "default, and its replies are bounded by --max-message-bytes",
     "cluster_members": "the cluster's replicas HOST:PORT,HOST:PORT,... (the proxy's ring); worlds the ring "
-                       "gives to another replica are refused (default: not in a cluster)",
+                       "gives to another replica are refused (default: not in a cluster); @PATH: the list in a "
+                       "file, read again whenever the file changes",
     "cluster_self": "this replica's HOST:PORT in --cluster-members",
 }
 

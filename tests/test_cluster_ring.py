@@ -110,10 +110,10 @@ def test_calls_carry_the_world_header_and_a_stream_is_bound_to_its_world():
     assert ("StreamFrames", "b") in seen and ("DeleteWorld", "b") in seen and ("StreamPairs", "a") in seen
 
 
-@pytest.mark.parametrize("where,members", [
-    ("compose", "sapgrid-0:50051,sapgrid-1:50051,sapgrid-2:50051"),
-    ("k8s", "sapgrid-0.sapgrid:50051,sapgrid-1.sapgrid:50051,sapgrid-2.sapgrid:50051")])
-def test_deployed_proxy_configs_are_the_generated_ones(tmp_path, where, members):
+@pytest.mark.parametrize("where,members,admin", [
+    ("compose", "sapgrid-0:50051,sapgrid-1:50051,sapgrid-2:50051", "0.0.0.0:9999"),
+    ("k8s", "sapgrid-0.sapgrid:50051,sapgrid-1.sapgrid:50051,sapgrid-2.sapgrid:50051", "127.0.0.1:9999")])
+def test_deployed_proxy_configs_are_the_generated_ones(tmp_path, where, members, admin):
     """deploy/proxy/{compose,k8s} are `sapgrid cluster proxy-config` output for the deployed member lists
     (the same ring the replicas check), and those lists are the ones the replicas are given."""
     from pathlib import Path
@@ -121,7 +121,7 @@ def test_deployed_proxy_configs_are_the_generated_ones(tmp_path, where, members)
     from sapgrid.tools.cluster import write_proxy_config
 
     root = Path(__file__).resolve().parent.parent / "deploy"
-    write_proxy_config(members, ":8443", tmp_path, "/usr/local/etc/haproxy/buckets.map")
+    write_proxy_config(members, ":8443", tmp_path, "/usr/local/etc/haproxy/buckets.map", admin)
     for name in ("haproxy.cfg", "buckets.map"):
         assert (root / "proxy" / where / name).read_text() == (tmp_path / name).read_text(), name
     replicas = (root / ("compose.cluster.yaml" if where == "compose" else "k8s/cluster/proxy-replicas.yaml")).read_text()
