@@ -1,7 +1,7 @@
 """The cluster's figures, through Debian's HAProxy with the configuration of deploy/proxy/:
 
-1. The proxy's cost: median round trip of a frame stream's frames, direct to a replica and through the
-   proxy, interleaved in one run.
+1. The proxy's cost: median round trip of crowd2d-10k's frames (every object moving every tick) over one
+   stream, direct to a replica and through the proxy, interleaved in one run.
 
        python -m sapgrid.tools.bench_cluster [--objects 10000] [--frames 200]
 
@@ -45,25 +45,39 @@ def _wait_port(address: str, proc: subprocess.Popen, timeout: float = 10.0) -> N
             time.sleep(0.05)
 
 
-def round_trips(address: str, world: str, objects: int, frames: int, seed: int = 0) -> np.ndarray:
-    """Seconds per frame (send -> answer) of a stream moving every object a little each frame."""
+def crowd_frames(world: str, objects: int, frames: int, seed: int = 1) -> tuple:
+    """(the add request, the update requests) of the trace crowd2d-<objects> (sapgrid.tools.traces, the
+    trace of ``sapgrid bench --server``: every object moves every tick), and the world's bounds."""
+    from sapgrid.client.codec import encode_frame
+    from sapgrid.tools import traces
+    from sapgrid.v1 import sapgrid_service_pb2 as pb
+
+    tr = traces.generate(f"crowd2d-{objects}", ticks=frames, seed=seed)
+    add = pb.StreamFramesRequest()
+    encode_frame(world, 0, add_ids=tr["init_ids"], add_boxes=tr["init_boxes"], into=add.frame)
+    off, updates = tr["upd_off"], []
+    for t in range(frames):
+        req = pb.StreamFramesRequest()
+        encode_frame(world, t + 1, update_ids=tr["upd_ids"][off[t]:off[t + 1]],
+                     update_boxes=tr["upd_boxes"][off[t]:off[t + 1]], into=req.frame)
+        updates.append(req)
+    return add, updates, tuple(float(x) for x in tr["bounds"])
+
+
+def round_trips(address: str, world: str, objects: int, frames: int, seed: int = 1) -> np.ndarray:
+    """Seconds per frame (send -> answer) of crowd2d-<objects> replayed over one stream, one frame at a time."""
     from sapgrid.client import Client
 
-    rng = np.random.default_rng(seed)
-    ids = np.arange(1, objects + 1, dtype=np.uint64)
-    side = 1000.0
-    pos = rng.uniform(0, side - 4, size=(objects, 2))
+    add, updates, bounds = crowd_frames(world, objects, frames, seed)
     times = np.empty(frames)
     with Client(address, timeout=60) as c:
-        c.create_world(world, bounds=[0, 0, side, side])
+        c.create_world(world, bounds=bounds, expected_objects=objects)
         with c.stream(world) as s:
-            s.send(add_ids=ids, add_boxes=np.hstack([pos, pos + 3.0]))
+            s.send_request(add)
             s.recv()
-            for i in range(frames):
-                pos = np.clip(pos + rng.normal(0, 0.5, size=pos.shape), 0, side - 4)
-                boxes = np.hstack([pos, pos + 3.0])
+            for i, req in enumerate(updates):
                 t0 = time.perf_counter()
-                s.send(update_ids=ids, update_boxes=boxes)
+                s.send_request(req)
                 s.recv()
                 times[i] = time.perf_counter() - t0
         c.delete_world(world)

@@ -80,6 +80,11 @@ def _cmd_replay(args) -> int:
 
 
 def _cmd_bench(args) -> int:
+    if args.proxy_scale:
+        from sapgrid.tools import bench_cluster
+
+        return bench_cluster.main(["--scale", args.proxy_scale, "--worlds", str(args.worlds or 64), "--objects",
+                                   str(args.objects), "--seconds", str(args.seconds)] + (["--json"] if args.json else []))
     if args.proxy:
         from sapgrid.tools import bench_cluster
 
@@ -150,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the cluster proxy's added round trip: a replica direct vs through HAProxy")
     p.add_argument("--proxy-objects", type=int, default=10_000, help="objects per frame for --proxy (default 10000)")
     p.add_argument("--proxy-frames", type=int, default=200, help="frames per run for --proxy (default 200)")
+    p.add_argument("--proxy-scale", default="", metavar="R,R,...",
+                   help="aggregate frames/s through HAProxy with R replicas each (e.g. 1,2,3): --worlds (default "
+                        "64) worlds of --objects objects, one stream each, frames back to back for --seconds")
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("view", help="live web viewer of a server's worlds (boxes, pairs, stats)")
