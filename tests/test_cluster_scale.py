@@ -19,7 +19,7 @@ import pytest
 
 from naive import brute_force_pairs, pairs_to_array
 from sapgrid.server.cluster import Ring
-from sapgrid.tools.cluster import write_proxy_config
+from sapgrid.tools.cluster import ProxyAdmin, write_proxy_config
 from sapgrid.tools.spawn import SpawnedServer
 
 HAPROXY = shutil.which("haproxy") or (os.path.exists("/usr/sbin/haproxy") and "/usr/sbin/haproxy")
@@ -46,6 +46,7 @@ class Cluster:
         self.extra_args = extra_args      # member -> more `sapgrid serve` arguments
         self.replicas: dict = {}
         self.proxy = None
+        self.old_proxies: list = []
         self.admin = os.path.join(self.dir, "admin.sock")
         self.bind = f"127.0.0.1:{_free_port()}"
         self.set_members(self.members)
@@ -75,26 +76,25 @@ class Cluster:
                                  map_from=map_from)
         cmd = [HAPROXY, "-db", "-f", str(cfg)]
         if self.proxy is not None:
-            cmd += ["-sf", str(self.proxy.pid)]
-        old, self.proxy = self.proxy, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            cmd += ["-sf", str(self.proxy.pid)]       # the old process ends once its connections end
+            self.old_proxies.append(self.proxy)
+        self.proxy = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
-        while not os.path.exists(self.admin) or old is not None and old.poll() is None:
+        while True:  # up when its runtime API answers as this process (a reloaded proxy's old one lingers)
+            try:
+                if f"Pid: {self.proxy.pid}\n" in ProxyAdmin.command(self.admin, "show info"):
+                    return
+            except OSError:
+                pass
             assert self.proxy.poll() is None, self.proxy.stdout.read().decode()
             assert time.monotonic() < deadline, "haproxy did not start"
             time.sleep(0.05)
-        while True:
-            try:
-                socket.create_connection(tuple(self.bind.rsplit(":", 1)), timeout=0.5).close()
-                return
-            except OSError:
-                assert self.proxy.poll() is None, self.proxy.stdout.read().decode()
-                assert time.monotonic() < deadline, "haproxy did not start"
-                time.sleep(0.05)
 
     def close(self) -> None:
-        if self.proxy is not None:
-            self.proxy.terminate()
-            self.proxy.wait(10)
+        for p in [*self.old_proxies, self.proxy]:
+            if p is not None:
+                p.terminate()
+                p.wait(10)
         for r in self.replicas.values():
             if r.proc.poll() is None:
                 r.stop(timeout=15)

@@ -123,15 +123,17 @@ class ProxyAdmin:
         self.map = self._the_map()
 
     def command(self, line: str) -> str:
-        if self.address.startswith("/"):
+        """One command's answer (also callable as ``ProxyAdmin.command(address, line)``)."""
+        address, timeout = (self, 5.0) if isinstance(self, str) else (self.address, self.timeout)
+        if address.startswith("/"):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            target = self.address
+            target = address
         else:
-            host, _, port = self.address.rpartition(":")
+            host, _, port = address.rpartition(":")
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             target = (host, int(port))
         with sock:
-            sock.settimeout(self.timeout)
+            sock.settimeout(timeout)
             sock.connect(target)
             sock.sendall(line.encode() + b"\n")
             parts = []
