@@ -26,7 +26,6 @@ from pathlib import Path
 from sapgrid.server.cluster import Ring, bucket, parse_members, server_name
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "proxy" / "haproxy.cfg.in"
-CHUNK_BYTES = 1 << 20           # snapshot bytes per RestoreWorld message
 
 
 def _stats_line(admin: str | None) -> str:
@@ -156,50 +155,25 @@ class ProxyAdmin:
 
 
 class _Replica:
-    """Direct calls to one replica (not through the proxy): the Python client, and raw stubs for the
-    calls of a move (freeze, snapshot, restore)."""
+    """Direct calls to one replica (not through the proxy), with the Python client."""
 
     def __init__(self, member: str, timeout: float):
         from sapgrid.client import Client
 
         self.member = member
         self.client = Client(member, timeout=timeout)
-        self.timeout = timeout
-
-    def _md(self, world: str):
-        from sapgrid.client._calls import world_metadata
-
-        return world_metadata(world)
 
     def worlds(self) -> list[str]:
         return [w.name for w in self.client.list_worlds()]
 
     def freeze(self, world: str, frozen: bool) -> None:
-        from sapgrid.v1 import sapgrid_service_pb2 as pb
-
-        self.client.stub.FreezeWorld(pb.FreezeWorldRequest(name=world, frozen=frozen), timeout=self.timeout,
-                                     metadata=self._md(world))
+        self.client.freeze(world, frozen)
 
     def snapshot(self, world: str) -> bytes:
-        from sapgrid.v1 import sapgrid_service_pb2 as pb
-
-        parts, total = [], None
-        for r in self.client.stub.SnapshotWorld(pb.SnapshotWorldRequest(name=world), timeout=self.timeout,
-                                                metadata=self._md(world)):
-            parts.append(r.chunk)
-            total = r.total_bytes
-        data = b"".join(parts)
-        if total is None or len(data) != total:
-            raise RuntimeError(f"snapshot of {world!r} from {self.member}: {len(data)} bytes, announced {total}")
-        return data
+        return self.client.snapshot(world)
 
     def restore(self, world: str, data: bytes) -> None:
-        from sapgrid.v1 import sapgrid_service_pb2 as pb
-
-        chunks = [data[i:i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
-        requests = [pb.RestoreWorldRequest(name=world, chunk=chunks[0])]
-        requests += [pb.RestoreWorldRequest(chunk=c) for c in chunks[1:]]
-        self.client.stub.RestoreWorld(iter(requests), timeout=self.timeout, metadata=self._md(world))
+        self.client.restore(data, name=world)
 
     def delete(self, world: str) -> None:
         self.client.delete_world(world)
@@ -209,10 +183,6 @@ class _Replica:
 
 
 def _why(exc: BaseException) -> str:
-    import grpc
-
-    if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
-        return f"{exc.code().name}: {exc.details()}"
     return str(exc) or type(exc).__name__
 
 
