@@ -1,0 +1,179 @@
+"""`sapgrid cluster rebalance` on a real cluster (replica processes, Debian's HAProxy, see
+test_cluster_scale.py): scale 3 -> 4 while every world streams frames through the proxy with resuming
+writer streams; a move that fails half-way leaves the bucket's worlds on their old owner, unfrozen."""
+import io
+import threading
+
+import numpy as np
+import pytest
+
+from sapgrid.layout import pairs_digest
+from sapgrid.server.cluster import Ring, bucket
+from sapgrid.tools.cluster import rebalance
+from test_cluster_scale import HAPROXY, SIDE, Cluster, Mover, _free_port, _held
+
+
+def _world_info(member: str, name: str):
+    from sapgrid.client import Client
+
+    with Client(member, timeout=30) as c:
+        return c.get_world(name)
+
+
+def _check_world(client, members, m: Mover, owner: str) -> None:
+    """The world is on its owner only, has applied exactly the frames sent, and its pairs are the oracle's."""
+    held = {r: _held(r) for r in members}
+    assert [r for r in members if m.name in held[r]] == [owner], m.name
+    info = _world_info(owner, m.name)
+    oracle = m.oracle()
+    assert info.frames == m.sent, (m.name, info.frames, m.sent)
+    assert info.writers == {"game": m.sent}, m.name
+    assert not info.frozen
+    assert info.pairs_digest == pairs_digest(oracle)
+    assert np.array_equal(client.pairs(m.name), oracle), m.name
+
+
+@pytest.fixture
+def cluster3():
+    assert HAPROXY, "haproxy is not installed: run scripts/setup.d/70-haproxy.sh"
+    c = Cluster(3)
+    try:
+        c.start_proxy(c.members)
+        yield c
+    finally:
+        c.close()
+
+
+def test_scale_3_to_4_while_clients_stream(cluster3):
+    from sapgrid.client import Client
+
+    c = cluster3
+    old = list(c.members)
+    movers = [Mover(f"match-{i:02d}", seed=100 + i) for i in range(24)]
+    with Client(c.bind, timeout=30) as client:
+        for m in movers:
+            client.create_world(m.name, bounds=(0, 0, SIDE, SIDE), cells=(4, 4))
+        streams = {m.name: client.stream(m.name, writer="game", resume=True, resume_deadline=60) for m in movers}
+        try:
+            def round_() -> None:
+                for m in movers:
+                    streams[m.name].send(**m.frame())
+                for m in movers:
+                    d = streams[m.name].recv()
+                    assert d.frame == m.sent + 1, (m.name, d.frame, m.sent)   # none lost, none applied twice
+                    m.answered()
+
+            for _ in range(3):
+                round_()
+            # a fourth replica: the member file first (every replica reads it), then the replica, then
+            # the proxy with backends for both lists and the old routing (no world changes route yet)
+            new = f"127.0.0.1:{_free_port()}"
+            c.set_members(old + [new])
+            c.start(new)
+            c.start_proxy(old + [new], map_from=old)
+            ring4 = Ring(old + [new])
+            moving = [m for m in movers if ring4.owner(m.name) == new]
+            assert moving and len(moving) < len(movers)
+
+            out = io.StringIO()
+            result = {}
+            mover = threading.Thread(target=lambda: result.update(rc=rebalance(old, old + [new], [c.admin], out=out)))
+            mover.start()
+            rounds = 0
+            while mover.is_alive() or rounds < 3:        # the clients stream while the worlds move
+                round_()
+                rounds += 1
+                assert rounds < 500, "the rebalance did not end"
+            mover.join(60)
+            assert result["rc"] == 0, out.getvalue()
+            for _ in range(2):
+                round_()
+            for m in moving:
+                assert f"{m.name}: {ring_owner(old, m.name)} -> {new}" in out.getvalue()
+                assert streams[m.name].reconnects >= 1       # its stream was moved, not left behind
+        finally:
+            for s in streams.values():
+                s.close()
+        for m in movers:
+            _check_world(client, old + [new], m, ring4.owner(m.name))
+    assert {ring4.owner(m.name) for m in movers} == set(old + [new])
+
+
+def ring_owner(members, name: str) -> str:
+    return Ring(members).owner(name)
+
+
+def test_a_failed_move_leaves_the_bucket_on_its_old_owner_unfrozen(cluster3):
+    """Two worlds of one bucket move to the new replica; the second one's restore is refused (the new
+    replica already holds a world of that name): the first one's copy is deleted from the new replica,
+    both stay on their old owner, unfrozen, with their frames; the other buckets move."""
+    from sapgrid.client import Client
+
+    c = cluster3
+    old = list(c.members)
+    new = f"127.0.0.1:{_free_port()}"
+    ring4 = Ring(old + [new])
+    # two names of one bucket that moves to the new replica
+    by_bucket: dict = {}
+    for i in range(20000):
+        name = f"duel-{i}"
+        if ring4.owner(name) == new:
+            by_bucket.setdefault(bucket(name), []).append(name)
+            if len(by_bucket[bucket(name)]) == 2:
+                pair = by_bucket[bucket(name)]
+                break
+    others = [f"solo-{i}" for i in range(12)]
+    movers = [Mover(n, seed=i) for i, n in enumerate(pair + others)]
+    with Client(c.bind, timeout=30) as client:
+        for m in movers:
+            client.create_world(m.name, bounds=(0, 0, SIDE, SIDE), cells=(4, 4))
+            with client.stream(m.name, writer="game") as s:
+                for _ in range(3):
+                    s.step(**m.frame())
+                    m.answered()
+        c.set_members(old + [new])
+        c.start(new)
+        c.start_proxy(old + [new], map_from=old)
+        with Client(new, timeout=30) as direct:
+            direct.create_world(pair[1], bounds=(0, 0, 10, 10))     # the name taken on the new replica
+        out = io.StringIO()
+        assert rebalance(old, old + [new], [c.admin], out=out) == 1
+        text = out.getvalue()
+        assert f"bucket {bucket(pair[0])}: move failed" in text and "ALREADY_EXISTS" in text, text
+        src = ring_owner(old, pair[0])
+        assert set(_held(new)) >= {pair[1]} and pair[0] not in _held(new)    # the restored copy is gone
+        assert _world_info(new, pair[1]).frames == 0                         # the other world is untouched
+        for name in pair:
+            info = _world_info(src, name)
+            assert not info.frozen and info.frames == 3
+        # through the proxy the bucket still reaches the old owner, and its frames are applied
+        for m in movers[:2]:
+            with client.stream(m.name, writer="game", resume=True) as s:
+                assert s.step(**m.frame()).frame == 4
+                m.answered()
+            assert np.array_equal(client.pairs(m.name), m.oracle())
+        # the other buckets moved
+        for m in movers[2:]:
+            owner = ring4.owner(m.name)
+            assert m.name in _held(owner)
+            assert _world_info(owner, m.name).writers == {"game": 3}
+            if owner == new:
+                assert f"{m.name}: {ring_owner(old, m.name)} -> {new}" in text
+
+
+def test_rebalance_refuses_to_start_when_a_replica_is_down(cluster3):
+    from sapgrid.client import Client
+
+    c = cluster3
+    old = list(c.members)
+    with Client(c.bind, timeout=30) as client:
+        for i in range(6):
+            client.create_world(f"w{i}")
+    down = f"127.0.0.1:{_free_port()}"            # a new member that was never started
+    out = io.StringIO()
+    assert rebalance(old, old + [down], [c.admin], out=out) == 2
+    assert f"replica {down} unreachable" in out.getvalue()
+    for r in old:
+        for name in _held(r):
+            assert not _world_info(r, name).frozen
+    assert sum(len(_held(r)) for r in old) == 6
