@@ -10,14 +10,7 @@ import pytest
 from sapgrid.layout import pairs_digest
 from sapgrid.server.cluster import Ring, bucket
 from sapgrid.tools.cluster import rebalance
-from test_cluster_scale import HAPROXY, SIDE, Cluster, Mover, _free_port, _held
-
-
-def _world_info(member: str, name: str):
-    from sapgrid.client import Client
-
-    with Client(member, timeout=30) as c:
-        return c.get_world(name)
+from test_cluster_scale import HAPROXY, SIDE, Cluster, Mover, _free_port, _held, _world_info
 
 
 def _check_world(client, members, m: Mover, owner: str) -> None:

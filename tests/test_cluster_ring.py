@@ -126,3 +126,59 @@ def test_deployed_proxy_configs_are_the_generated_ones(tmp_path, where, members,
         assert (root / "proxy" / where / name).read_text() == (tmp_path / name).read_text(), name
     replicas = (root / ("compose.cluster.yaml" if where == "compose" else "k8s/cluster/proxy-replicas.yaml")).read_text()
     assert members in replicas
+
+
+def test_member_list_file_is_read_again_when_it_changes(tmp_path, caplog):
+    path = tmp_path / "members"
+    path.write_text("# the cluster\n" + "\n".join(MEMBERS[:2]) + "\n")
+    own = cluster.Ownership(f"@{path}", MEMBERS[0])
+    ring2, ring3 = cluster.Ring(MEMBERS[:2]), cluster.Ring(MEMBERS)
+    # a world that moves to the third member when it joins
+    w = next(f"w{i}" for i in range(1000) if ring2.owner(f"w{i}") == MEMBERS[0] and ring3.owner(f"w{i}") == MEMBERS[2])
+    own.check(w)
+    path.write_text(",".join(MEMBERS) + "\n")
+    with pytest.raises(cluster.NotOwner, match=MEMBERS[2]):
+        own.check(w)
+    assert own.ring.members == MEMBERS
+    # a file that does not parse keeps the last good list, and says so
+    path.write_text("not-a-member\n")
+    with pytest.raises(cluster.NotOwner):
+        own.check(w)
+    assert own.ring.members == MEMBERS
+    assert "not read again" in caplog.text
+    # a list without this replica: it owns nothing
+    path.write_text(",".join(MEMBERS[1:]) + "\n")
+    mine = next(f"w{i}" for i in range(1000) if ring3.owner(f"w{i}") == MEMBERS[0])
+    with pytest.raises(cluster.NotOwner):
+        own.check(mine)
+
+
+@pytest.mark.parametrize("members", ["@/nonexistent/members", "@"])
+def test_member_list_file_must_exist_at_start(members):
+    with pytest.raises(ValueError, match="cannot read the member list"):
+        ServerConfig(cluster_members=members, cluster_self=MEMBERS[0])
+
+
+def test_replica_refuses_to_restore_a_world_it_does_not_own():
+    from sapgrid.client import Client
+    from sapgrid.client.errors import FailedPrecondition
+
+    ring = cluster.Ring(MEMBERS)
+    me = MEMBERS[0]
+    mine = next(f"w{i}" for i in range(100) if ring.owner(f"w{i}") == me)
+    other = next(f"w{i}" for i in range(100) if ring.owner(f"w{i}") != me)
+    app = build(ServerConfig(listen="127.0.0.1:0", metrics_port=-1, default_world="",
+                             cluster_members=",".join(MEMBERS), cluster_self=me))
+    app.start()
+    try:
+        with Client(f"127.0.0.1:{app.port}") as c:
+            c.create_world(mine)
+            data = c.snapshot(mine)
+            with pytest.raises(FailedPrecondition) as err:
+                c.restore(data, name=other)
+            assert ring.owner(other) in err.value.message
+            c.delete_world(mine)
+            c.restore(data)                           # under its own name, which this replica owns
+            assert [w.name for w in c.list_worlds()] == [mine]
+    finally:
+        app.stop(0)

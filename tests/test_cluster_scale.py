@@ -4,8 +4,10 @@ killed with SIGKILL), Debian's HAProxy from the project's setup in front of them
 
 - 3 replicas, 30 worlds: the worlds land on all three, each on its owner only; every stream's frames
   are applied by that owner (its frame counters equal the frames sent) and the pairs equal the oracle.
-- kill -9 of one replica: only its worlds are UNAVAILABLE, the other worlds' streams go on; restarted,
-  it serves again.
+- kill -9 of one durable replica (``--data-dir``) while frames are in flight: only its worlds are
+  UNAVAILABLE, the other worlds' streams go on; restarted, it recovers its worlds and their resuming
+  writer streams continue exactly once (frame counters and writers' seqs equal the frames sent, pairs
+  and digests equal the oracle's).
 """
 import os
 import shutil
@@ -39,11 +41,11 @@ class Cluster:
     """Replica processes on fixed loopback ports reading their member list from one file, and one HAProxy
     (runtime API on a unix socket) routing by the ring of ``routing`` members."""
 
-    def __init__(self, n: int, extra_args=lambda member: ()):
+    def __init__(self, n: int, durable: bool = False):
         self.dir = tempfile.mkdtemp(prefix="sgc-", dir="/tmp")     # short: a unix socket path is < 108 bytes
         self.members = [f"127.0.0.1:{_free_port()}" for _ in range(n)]
         self.members_file = os.path.join(self.dir, "members")
-        self.extra_args = extra_args      # member -> more `sapgrid serve` arguments
+        self.durable = durable            # each replica with a --data-dir of its own
         self.replicas: dict = {}
         self.proxy = None
         self.old_proxies: list = []
@@ -66,9 +68,12 @@ class Cluster:
 
     def start(self, member: str) -> SpawnedServer:
         r = SpawnedServer("--default-world", "", "--cluster-members", "@" + self.members_file,
-                          "--cluster-self", member, *self.extra_args(member), listen=member, metrics_port=-1)
+                          "--cluster-self", member, *self.data_args(member), listen=member, metrics_port=-1)
         self.replicas[member] = r
         return r
+
+    def data_args(self, member: str) -> tuple:
+        return ("--data-dir", os.path.join(self.dir, "data-" + member.rsplit(":", 1)[1])) if self.durable else ()
 
     def start_proxy(self, members, map_from=None) -> None:
         """Start HAProxy (or reload it: a new process takes over with -sf) with this configuration."""
@@ -146,8 +151,9 @@ def _held(member: str) -> dict:
 
 @pytest.fixture
 def cluster3():
+    """3 durable replicas (each with its own --data-dir) behind the proxy."""
     assert HAPROXY, "haproxy is not installed: run scripts/setup.d/70-haproxy.sh"
-    c = Cluster(3)
+    c = Cluster(3, durable=True)
     try:
         c.start_proxy(c.members)
         yield c
@@ -157,7 +163,8 @@ def cluster3():
 
 def test_thirty_worlds_over_three_replicas_and_kill_9_of_one(cluster3):
     from sapgrid.client import Client
-    from sapgrid.client.errors import Cancelled, NotFound, Unavailable
+    from sapgrid.client.errors import Unavailable
+    from sapgrid.layout import pairs_digest
 
     c = cluster3
     ring = Ring(c.members)
@@ -168,15 +175,18 @@ def test_thirty_worlds_over_three_replicas_and_kill_9_of_one(cluster3):
     with Client(c.bind, timeout=30) as client:
         for m in movers:
             client.create_world(m.name, bounds=(0, 0, SIDE, SIDE), cells=(4, 4))
-        streams = {m.name: client.stream(m.name) for m in movers}
+        streams = {m.name: client.stream(m.name, writer="game", resume=True, resume_deadline=60) for m in movers}
+
+        def round_(which) -> None:
+            for m in which:
+                streams[m.name].send(**m.frame())
+            for m in which:
+                assert streams[m.name].recv().frame == m.sent + 1    # one world per stream, in order, once
+                m.answered()
+
         try:
             for _ in range(5):
-                for m in movers:
-                    streams[m.name].send(**m.frame())
-                for m in movers:
-                    d = streams[m.name].recv()
-                    assert d.frame == m.sent + 1                    # every frame of the stream: one world, in order
-                    m.answered()
+                round_(movers)
             # each stream stuck to its owner: the owner applied every frame, no other replica has the world
             held = {r: _held(r) for r in c.members}
             for m in movers:
@@ -185,42 +195,44 @@ def test_thirty_worlds_over_three_replicas_and_kill_9_of_one(cluster3):
                 assert np.array_equal(client.pairs(m.name), m.oracle()), m.name
 
             victim = c.members[1]
-            c.replicas[victim].proc.kill()                        # kill -9
-            c.replicas[victim].wait(10)
             lost = [m for m in movers if owner[m.name] == victim]
             kept = [m for m in movers if owner[m.name] != victim]
-            for m in lost:
-                # an open stream through the proxy ends when its replica dies: HAProxy resets it
-                # (RST_STREAM CANCEL, which gRPC reports as CANCELLED); new calls are UNAVAILABLE
+            for m in lost:                                        # in flight when the replica dies
                 streams[m.name].send(**m.frame())
-                with pytest.raises((Unavailable, Cancelled)):
-                    streams[m.name].recv()
-                with pytest.raises(Unavailable):
-                    client.get_world(m.name)
+            c.replicas[victim].proc.kill()                        # kill -9
+            c.replicas[victim].wait(10)
+            with Client(c.bind, timeout=10) as probe:             # only the victim's worlds are unavailable
+                for m in lost:
+                    with pytest.raises(Unavailable):
+                        probe.get_world(m.name)
             for _ in range(3):                                    # the other replicas' streams go on
-                for m in kept:
-                    streams[m.name].send(**m.frame())
-                for m in kept:
-                    assert streams[m.name].recv().frame == m.sent + 1
-                    m.answered()
-            for m in kept:
-                assert np.array_equal(client.pairs(m.name), m.oracle()), m.name
+                round_(kept)
             for r in c.members:
                 if r != victim:
-                    assert {n: f for n, f in _held(r).items()} == {m.name: 8 for m in kept if owner[m.name] == r}
+                    assert _held(r) == {m.name: 8 for m in kept if owner[m.name] == r}
 
-            # restarted on its address: it serves again; without a data directory its worlds are gone
+            # restarted on its address with its data directory: its worlds come back, and their streams
+            # continue where they stood (the frame in flight applied exactly once)
             c.start(victim)
             for m in lost:
-                with pytest.raises(NotFound):
-                    client.get_world(m.name)
-                client.create_world(m.name, bounds=(0, 0, SIDE, SIDE), cells=(4, 4))
-                m.sent = 0
-                with client.stream(m.name) as s:
-                    assert s.step(**m.frame()).frame == 1
-                    m.answered()
-                assert np.array_equal(client.pairs(m.name), m.oracle())
-            assert set(_held(victim)) == {m.name for m in lost}
+                assert streams[m.name].recv().frame == m.sent + 1
+                m.answered()
+                assert streams[m.name].reconnects >= 1
+            for _ in range(2):
+                round_(movers)
         finally:
             for s in streams.values():
                 s.close()
+        for m in movers:
+            info = _world_info(owner[m.name], m.name)
+            oracle = m.oracle()
+            assert (info.frames, info.writers) == (m.sent, {"game": m.sent}), m.name
+            assert info.pairs_digest == pairs_digest(oracle)
+            assert np.array_equal(client.pairs(m.name), oracle), m.name
+
+
+def _world_info(member: str, name: str):
+    from sapgrid.client import Client
+
+    with Client(member, timeout=30) as c:
+        return c.get_world(name)
