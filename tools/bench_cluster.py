@@ -1,9 +1,10 @@
 """The cluster's figures, through Debian's HAProxy with the configuration of deploy/proxy/:
 
-1. The proxy's cost: median round trip of crowd2d-10k's frames (every object moving every tick) over one
-   stream, direct to a replica and through the proxy, interleaved in one run.
+1. The proxy's cost: round trips of crowd2d-10k's frames (every object moving every tick) to a replica
+   process over two streams, one direct and one through the proxy, sent tick by tick in turn; the median
+   of the per-tick difference is what the proxy adds.
 
-       python -m sapgrid.tools.bench_cluster [--objects 10000] [--frames 200]
+       python -m sapgrid.tools.bench_cluster [--objects 10000] [--frames 600]
 
 2. Aggregate frames/s with 1, 2, 3... replicas (``sapgrid serve`` processes): W worlds of N objects
    created through the proxy, one frame stream each, every object moving every frame, frames sent back
@@ -64,54 +65,61 @@ def crowd_frames(world: str, objects: int, frames: int, seed: int = 1) -> tuple:
     return add, updates, tuple(float(x) for x in tr["bounds"])
 
 
-def round_trips(address: str, world: str, objects: int, frames: int, seed: int = 1) -> np.ndarray:
-    """Seconds per frame (send -> answer) of crowd2d-<objects> replayed over one stream, one frame at a time."""
+def _paired_round_trips(direct: str, proxied: str, objects: int, frames: int, seed: int = 1) -> tuple:
+    """Seconds per frame (send -> answer) of crowd2d-<objects> replayed over two streams, one to the replica
+    and one through the proxy, tick by tick (the two in turn, the first alternating), so the machine's
+    load at any moment hits both alike. Returns (direct [frames], proxied [frames])."""
     from sapgrid.client import Client
 
-    add, updates, bounds = crowd_frames(world, objects, frames, seed)
-    times = np.empty(frames)
-    with Client(address, timeout=60) as c:
-        c.create_world(world, bounds=bounds, expected_objects=objects)
-        with c.stream(world) as s:
+    out = []
+    with Client(direct, timeout=60) as cd, Client(proxied, timeout=60) as cp:
+        legs = []
+        for c, world in ((cd, f"rtt-direct-{os.getpid()}"), (cp, f"rtt-proxy-{os.getpid()}")):
+            add, updates, bounds = crowd_frames(world, objects, frames, seed)
+            c.create_world(world, bounds=bounds, expected_objects=objects)
+            s = c.stream(world)
             s.send_request(add)
             s.recv()
-            for i, req in enumerate(updates):
-                t0 = time.perf_counter()
-                s.send_request(req)
-                s.recv()
-                times[i] = time.perf_counter() - t0
-        c.delete_world(world)
-    return times
+            legs.append((c, world, s, updates))
+            out.append(np.empty(frames))
+        try:
+            for i in range(frames):
+                for k in ((0, 1) if i % 2 == 0 else (1, 0)):
+                    _, _, s, updates = legs[k]
+                    t0 = time.perf_counter()
+                    s.send_request(updates[i])
+                    s.recv()
+                    out[k][i] = time.perf_counter() - t0
+        finally:
+            for c, world, s, _ in legs:
+                s.close()
+                c.delete_world(world)
+    return out[0], out[1]
 
 
 def run(objects: int, frames: int) -> dict:
-    from sapgrid.server.app import build_server
-    from sapgrid.server.config import ServerConfig
+    """The proxy's added round trip: a replica process, HAProxy in front of it, paired streams."""
     from sapgrid.tools.cluster import write_proxy_config
+    from sapgrid.tools.spawn import SpawnedServer
 
     haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
     member = f"127.0.0.1:{_free_port()}"
-    app = build_server(ServerConfig(listen=member, metrics_port=-1, default_world="",
-                                    cluster_members=member, cluster_self=member))
-    app.start()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, SpawnedServer("--default-world", "", "--cluster-members", member,
+                                                             "--cluster-self", member, listen=member,
+                                                             metrics_port=-1):
         bind = f"127.0.0.1:{_free_port()}"
         proxy = subprocess.Popen([haproxy, "-db", "-f", str(write_proxy_config([member], bind, tmp))],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             _wait_port(bind, proxy)
-            round_trips(member, "warm", objects, 20)
-            direct, proxied = [], []
-            for k in range(3):  # interleaved runs: the machine's load hits both alike
-                direct.append(round_trips(member, f"d{k}", objects, frames))
-                proxied.append(round_trips(bind, f"p{k}", objects, frames))
+            _paired_round_trips(member, bind, objects, 20)          # warm-up: kernels, connections, windows
+            d, p = _paired_round_trips(member, bind, objects, frames)
         finally:
             proxy.terminate()
             proxy.wait(10)
-            app.stop(0)
-    d, p = np.median(np.concatenate(direct)), np.median(np.concatenate(proxied))
-    return {"objects": objects, "frames": frames * 3, "direct_ms": d * 1e3, "proxy_ms": p * 1e3,
-            "overhead_ms": (p - d) * 1e3}
+    return {"objects": objects, "frames": frames, "direct_ms": float(np.median(d) * 1e3),
+            "proxy_ms": float(np.median(p) * 1e3), "overhead_ms": float(np.median(p - d) * 1e3),
+            "direct_p99_ms": float(np.percentile(d, 99) * 1e3), "proxy_p99_ms": float(np.percentile(p, 99) * 1e3)}
 
 
 # ---- aggregate frames/s through the proxy -------------------------------------------------------
@@ -246,7 +254,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--objects", type=int, default=None,
                     help="objects per frame (default 10000), or per world with --scale (default 1000)")
-    ap.add_argument("--frames", type=int, default=200, help="frames per run of the proxy's cost (default 200)")
+    ap.add_argument("--frames", type=int, default=600, help="frames of each stream for the proxy's cost (default 600)")
     ap.add_argument("--scale", default="", metavar="R,R,...",
                     help="aggregate frames/s through the proxy with each number of replicas, e.g. 1,2,3")
     ap.add_argument("--worlds", type=int, default=64, help="--scale: worlds, one stream each (default 64)")
@@ -272,8 +280,9 @@ def main(argv=None) -> int:
                 print(json.dumps(dict(bench="sapgrid-cluster-scale", **r)))
         return 0
     r = run(a.objects or 10_000, a.frames)
-    print(f"{r['objects']} objects, {r['frames']} frames: direct median {r['direct_ms']:.3f} ms, through HAProxy "
-          f"{r['proxy_ms']:.3f} ms, overhead {r['overhead_ms']:.3f} ms")
+    print(f"crowd2d-{r['objects']}, {r['frames']} frames each way, tick by tick: round trip median direct "
+          f"{r['direct_ms']:.3f} ms, through HAProxy {r['proxy_ms']:.3f} ms; median added by the proxy "
+          f"{r['overhead_ms']:.3f} ms (target <= 0.3 ms); p99 {r['direct_p99_ms']:.2f} / {r['proxy_p99_ms']:.2f} ms")
     if a.json:
         print(json.dumps(dict(bench="sapgrid-cluster-proxy", **r)))
     return 0

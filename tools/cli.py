@@ -126,7 +126,8 @@ def _cmd_bench(args) -> int:
     if args.proxy:
         from sapgrid.tools import bench_cluster
 
-        return bench_cluster.main(["--objects", str(args.proxy_objects), "--frames", str(args.proxy_frames)])
+        return bench_cluster.main(["--objects", str(args.proxy_objects), "--frames", str(args.proxy_frames)]
+                                  + (["--json"] if args.json else []))
     from sapgrid.tools import bench
 
     return bench.run(args)
@@ -198,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--proxy", action="store_true",
                    help="the cluster proxy's added round trip: a replica direct vs through HAProxy")
     p.add_argument("--proxy-objects", type=int, default=10_000, help="objects per frame for --proxy (default 10000)")
-    p.add_argument("--proxy-frames", type=int, default=200, help="frames per run for --proxy (default 200)")
+    p.add_argument("--proxy-frames", type=int, default=600, help="frames each way for --proxy (default 600)")
     p.add_argument("--proxy-scale", default="", metavar="R,R,...",
                    help="aggregate frames/s through HAProxy with R replicas each (e.g. 1,2,3): --worlds (default "
                         "64) worlds of --objects objects, one stream each, frames back to back for --seconds")
