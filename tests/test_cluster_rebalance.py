@@ -170,3 +170,44 @@ def test_rebalance_refuses_to_start_when_a_replica_is_down(cluster3):
         for name in _held(r):
             assert not _world_info(r, name).frozen
     assert sum(len(_held(r)) for r in old) == 6
+
+
+def test_rebalance_finishes_a_move_that_was_interrupted(cluster3):
+    """A move stopped after the restore (the old copy frozen, the new owner's copy restored, the proxy not
+    yet pointed at it): the next rebalance routes the bucket to the new owner and deletes the frozen
+    copy; a world that is not frozen on both is reported and left alone."""
+    from sapgrid.client import Client
+
+    c = cluster3
+    old = list(c.members)
+    new = f"127.0.0.1:{_free_port()}"
+    ring4 = Ring(old + [new])
+    names = [n for n in (f"cut-{i}" for i in range(400)) if ring4.owner(n) == new][:2]
+    movers = [Mover(n, seed=i) for i, n in enumerate(names)]
+    with Client(c.bind, timeout=30) as client:
+        for m in movers:
+            client.create_world(m.name, bounds=(0, 0, SIDE, SIDE), cells=(4, 4))
+            with client.stream(m.name, writer="game") as s:
+                s.step(**m.frame())
+                m.answered()
+        c.set_members(old + [new])
+        c.start(new)
+        c.start_proxy(old + [new], map_from=old)
+        interrupted, conflict = movers
+        for m, freeze in ((interrupted, True), (conflict, False)):
+            src = ring_owner(old, m.name)
+            with Client(src, timeout=30) as s, Client(new, timeout=30) as d:
+                if freeze:
+                    s.freeze(m.name)
+                d.restore(s.snapshot(m.name))
+        out = io.StringIO()
+        assert rebalance(old, old + [new], [c.admin], out=out) == 1
+        text = out.getvalue()
+        assert f"{interrupted.name}: {ring_owner(old, interrupted.name)} -> {new} (the end of an earlier move" in text
+        assert f"{conflict.name}: held by both" in text, text
+        assert interrupted.name not in _held(ring_owner(old, interrupted.name))
+        assert conflict.name in _held(ring_owner(old, conflict.name)) and conflict.name in _held(new)
+        with client.stream(interrupted.name, writer="game", resume=True) as s:   # through the proxy: the new owner
+            assert s.step(**interrupted.frame()).frame == 2
+            interrupted.answered()
+        _check_world(client, old + [new], interrupted, new)
