@@ -97,26 +97,30 @@ def ring_owner(members, name: str) -> str:
 
 
 def test_a_failed_move_leaves_the_bucket_on_its_old_owner_unfrozen(cluster3):
-    """Two worlds of one bucket move to the new replica; the second one's restore is refused (the new
-    replica already holds a world of that name): the first one's copy is deleted from the new replica,
-    both stay on their old owner, unfrozen, with their frames; the other buckets move."""
+    """Two worlds of one bucket move to the new replica, whose message limit (256 KiB) is smaller than
+    the second world's snapshot chunks: the first restore succeeds, the second is refused, so the first
+    copy is deleted from the new replica and both stay on their old owner, unfrozen, with their frames,
+    reached through the proxy; the other buckets move."""
     from sapgrid.client import Client
 
     c = cluster3
     old = list(c.members)
     new = f"127.0.0.1:{_free_port()}"
     ring4 = Ring(old + [new])
-    # two names of one bucket that moves to the new replica
     by_bucket: dict = {}
-    for i in range(20000):
+    for i in range(20000):                        # two names of one bucket that moves to the new replica
         name = f"duel-{i}"
         if ring4.owner(name) == new:
             by_bucket.setdefault(bucket(name), []).append(name)
             if len(by_bucket[bucket(name)]) == 2:
-                pair = by_bucket[bucket(name)]
+                pair = sorted(by_bucket[bucket(name)])       # a bucket's worlds move in name order
                 break
     others = [f"solo-{i}" for i in range(12)]
     movers = [Mover(n, seed=i) for i, n in enumerate(pair + others)]
+    big_ids = np.arange(1000, 31000, dtype=np.uint64)      # 30,000 objects on a lattice: a snapshot of ~1 MB
+    k = np.arange(len(big_ids))
+    lo = np.stack([200 + 3.0 * (k % 200), 200 + 3.0 * (k // 200)], axis=1)
+    big_boxes = np.hstack([lo, lo + 1]).astype(np.float32)
     with Client(c.bind, timeout=30) as client:
         for m in movers:
             client.create_world(m.name, bounds=(0, 0, SIDE, SIDE), cells=(4, 4))
@@ -124,29 +128,28 @@ def test_a_failed_move_leaves_the_bucket_on_its_old_owner_unfrozen(cluster3):
                 for _ in range(3):
                     s.step(**m.frame())
                     m.answered()
+        client.step(pair[1], add_ids=big_ids, add_boxes=big_boxes)
+        before = client.pairs(pair[1])
         c.set_members(old + [new])
-        c.start(new)
+        c.start(new, "--max-message-bytes", str(256 * 1024))
         c.start_proxy(old + [new], map_from=old)
-        with Client(new, timeout=30) as direct:
-            direct.create_world(pair[1], bounds=(0, 0, 10, 10))     # the name taken on the new replica
         out = io.StringIO()
         assert rebalance(old, old + [new], [c.admin], out=out) == 1
         text = out.getvalue()
-        assert f"bucket {bucket(pair[0])}: move failed" in text and "ALREADY_EXISTS" in text, text
+        assert f"bucket {bucket(pair[0])}: move failed (RESOURCE_EXHAUSTED" in text, text
+        assert f"{pair[0]}: its copy on {new} deleted" in text, text
         src = ring_owner(old, pair[0])
-        assert set(_held(new)) >= {pair[1]} and pair[0] not in _held(new)    # the restored copy is gone
-        assert _world_info(new, pair[1]).frames == 0                         # the other world is untouched
-        for name in pair:
+        assert not set(pair) & set(_held(new))
+        for name, frames in ((pair[0], 3), (pair[1], 4)):
             info = _world_info(src, name)
-            assert not info.frozen and info.frames == 3
-        # through the proxy the bucket still reaches the old owner, and its frames are applied
-        for m in movers[:2]:
-            with client.stream(m.name, writer="game", resume=True) as s:
-                assert s.step(**m.frame()).frame == 4
-                m.answered()
-            assert np.array_equal(client.pairs(m.name), m.oracle())
-        # the other buckets moved
-        for m in movers[2:]:
+            assert not info.frozen and info.frames == frames
+        assert np.array_equal(client.pairs(pair[1]), before)
+        m = movers[0]                              # through the proxy the bucket still reaches the old owner
+        with client.stream(m.name, writer="game", resume=True) as s:
+            assert s.step(**m.frame()).frame == 4
+            m.answered()
+        assert np.array_equal(client.pairs(m.name), m.oracle())
+        for m in movers[2:]:                       # the other buckets moved
             owner = ring4.owner(m.name)
             assert m.name in _held(owner)
             assert _world_info(owner, m.name).writers == {"game": 3}
@@ -199,7 +202,7 @@ def test_rebalance_finishes_a_move_that_was_interrupted(cluster3):
             with Client(src, timeout=30) as s, Client(new, timeout=30) as d:
                 if freeze:
                     s.freeze(m.name)
-                d.restore(s.snapshot(m.name))
+                d.restore(s.snapshot(m.name), name=m.name)
         out = io.StringIO()
         assert rebalance(old, old + [new], [c.admin], out=out) == 1
         text = out.getvalue()

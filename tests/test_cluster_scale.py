@@ -66,9 +66,9 @@ class Cluster:
             f.write("\n".join(members) + "\n")
         os.replace(tmp, self.members_file)
 
-    def start(self, member: str) -> SpawnedServer:
+    def start(self, member: str, *extra: str) -> SpawnedServer:
         r = SpawnedServer("--default-world", "", "--cluster-members", "@" + self.members_file,
-                          "--cluster-self", member, *self.data_args(member), listen=member, metrics_port=-1)
+                          "--cluster-self", member, *self.data_args(member), *extra, listen=member, metrics_port=-1)
         self.replicas[member] = r
         return r
 

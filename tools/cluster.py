@@ -213,6 +213,7 @@ def _move_bucket(b: int, moves: list, replicas: dict, proxies: list, out) -> boo
         for world, dst in restored:
             try:
                 replicas[dst].delete(world)
+                print(f"    {world}: its copy on {dst} deleted", file=out)
             except Exception as exc2:  # noqa: BLE001
                 undo_ok = False
                 print(f"    {world}: the copy on {dst} could not be deleted: {_why(exc2)}", file=out)
@@ -246,7 +247,7 @@ def plan(from_members, to_members, held: dict) -> dict:
             dst = new.owner(world)
             if dst != src:
                 moves[bucket(world)].append((world, src, dst))
-    return dict(moves)
+    return {b: sorted(m) for b, m in moves.items()}           # a bucket's worlds move in name order
 
 
 def _finish_earlier_moves(moves: dict, held: dict, replicas: dict, proxies: list, out) -> int:
@@ -254,30 +255,34 @@ def _finish_earlier_moves(moves: dict, held: dict, replicas: dict, proxies: list
     (the tool stopped between the restore and the delete). A copy frozen on the old replica is that
     move's source, and the new owner's copy was restored from it after it froze: the bucket is routed
     to the new owner and the frozen copy deleted. An unfrozen one took frames the other copy lacks (or
-    the names collide): reported, left alone, counted as a failure. Removes them from moves."""
+    the names collide): reported, and its whole bucket stays where it is (the proxy routes by bucket),
+    counted as a failure. Removes what it handled from moves."""
     failed = 0
     for b in list(moves):
-        left = []
-        for world, src, dst in moves[b]:
-            if world not in held[dst]:
-                left.append((world, src, dst))
-                continue
-            if not held[src][world].frozen:
-                failed += 1
-                print(f"{world}: held by both {src} and its new owner {dst}, and not frozen on {src}: "
-                      f"not moved (keep one of them, delete the other)", file=out)
-                continue
-            try:
-                for p in proxies:
-                    p.route(b, dst)
-                replicas[src].delete(world)
-                print(f"{world}: {src} -> {dst} (the end of an earlier move: the frozen copy deleted)", file=out)
-            except Exception as exc:  # noqa: BLE001
-                failed += 1
-                print(f"{world}: an earlier move could not be finished: {_why(exc)}", file=out)
-        if left:
-            moves[b] = left
-        else:
+        both = [(w, src, dst) for w, src, dst in moves[b] if w in held[dst]]
+        if not both:
+            continue
+        clash = [(w, src, dst) for w, src, dst in both if not held[src][w].frozen]
+        if clash:
+            failed += 1
+            for w, src, dst in clash:
+                print(f"{w}: held by both {src} and its new owner {dst}, and not frozen on {src}: bucket {b} "
+                      f"not moved (keep one of the two, delete the other, run rebalance again)", file=out)
+            del moves[b]
+            continue
+        try:
+            for p in proxies:
+                p.route(b, both[0][2])
+            for w, src, dst in both:
+                replicas[src].delete(w)
+                print(f"{w}: {src} -> {dst} (the end of an earlier move: the frozen copy deleted)", file=out)
+        except Exception as exc:  # noqa: BLE001
+            failed += 1
+            print(f"bucket {b}: an earlier move could not be finished: {_why(exc)}", file=out)
+            del moves[b]
+            continue
+        moves[b] = [(w, src, dst) for w, src, dst in moves[b] if w not in held[dst]]
+        if not moves[b]:
             del moves[b]
     return failed
 
