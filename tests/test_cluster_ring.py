@@ -1,4 +1,5 @@
 """The cluster ring and the replicas' ownership check (server/cluster.py)."""
+import io
 import zlib
 
 import grpc
@@ -182,3 +183,40 @@ def test_replica_refuses_to_restore_a_world_it_does_not_own():
             assert [w.name for w in c.list_worlds()] == [mine]
     finally:
         app.stop(0)
+
+
+def test_proxy_config_during_a_change_routes_by_the_old_ring(tmp_path):
+    from sapgrid.tools.cluster import write_proxy_config
+
+    new = MEMBERS + ("127.0.0.1:7004",)
+    cfg = write_proxy_config(new, "127.0.0.1:8443", tmp_path, admin=str(tmp_path / "admin.sock"),
+                             map_from=MEMBERS).read_text()
+    for m in new:                                       # a backend for every member of both lists
+        assert f"backend {m}\n    server {m} {m} proto h2\n" in cfg
+    assert f"stats socket {tmp_path / 'admin.sock'} mode 600 level admin" in cfg
+    assert (tmp_path / "buckets.map").read_text() == cluster.Ring(MEMBERS).bucket_map()
+    write_proxy_config(new, "127.0.0.1:8443", tmp_path, admin="127.0.0.1:9999")
+    assert (tmp_path / "buckets.map").read_text() == cluster.Ring(new).bucket_map()
+    assert "stats socket ipv4@127.0.0.1:9999 level admin" in (tmp_path / "haproxy.cfg").read_text()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["cluster", "rebalance", "--from", "127.0.0.1:7001", "--to", "nohost"], "HOST:PORT"),
+    (["cluster", "rebalance", "--from", "127.0.0.1:7001", "--to", ""], "at least one member"),
+    (["cluster", "proxy-config", "--members", "127.0.0.1:7001", "--admin", "nowhere"], "--admin"),
+    (["cluster", "proxy-config", "--members", "127.0.0.1:7001", "--map-from", "a:1,a:1"], "repeat"),
+])
+def test_cluster_commands_refuse_bad_input(argv, message, capsys, tmp_path):
+    from sapgrid.tools.cli import main
+
+    assert main(argv + (["--out", str(tmp_path)] if argv[1] == "proxy-config" else [])) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())                 # nothing written
+
+
+def test_rebalance_stops_before_anything_when_a_proxy_does_not_answer(tmp_path):
+    from sapgrid.tools.cluster import rebalance
+
+    out = io.StringIO()
+    assert rebalance(MEMBERS, MEMBERS[:2], [str(tmp_path / "no.sock")], out=out) == 2
+    assert "proxy runtime API" in out.getvalue() and "nothing moved" in out.getvalue()

@@ -104,7 +104,7 @@ def status(members, out=sys.stdout) -> int:
             print(f"{m}  up  worlds={len(worlds)} objects={sum(w.objects for w in worlds)} frames/s={rate:.1f}",
                   file=out)
             for w in sorted(worlds, key=lambda w: w.name):
-                print(f"    {w.name}  objects={w.objects} frames={w.frames}", file=out)
+                print(f"    {w.name}  objects={w.objects} frames={w.frames}{'  frozen' if w.frozen else ''}", file=out)
     finally:
         for c in clients.values():
             c.close()
