@@ -20,6 +20,7 @@ import argparse
 import socket
 import string
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -71,8 +72,6 @@ def write_proxy_config(members, bind: str, directory: Path, map_path: str | None
 
 def status(members, out=sys.stdout) -> int:
     """Every replica, its worlds, objects and frames/s (two reads one second apart)."""
-    import time
-
     from sapgrid.client import Client
     from sapgrid.client.errors import SapgridError
 
@@ -190,6 +189,7 @@ def _why(exc: BaseException) -> str:
 def _move_bucket(b: int, moves: list, replicas: dict, proxies: list, out) -> bool:
     """Move one bucket's worlds [(world, src, dst)]; on a failure before the deletes, undo. True if moved."""
     frozen, restored, routed = [], [], []
+    t0 = time.perf_counter()
     try:
         for world, src, dst in moves:
             replicas[src].freeze(world, True)
@@ -233,7 +233,7 @@ def _move_bucket(b: int, moves: list, replicas: dict, proxies: list, out) -> boo
             print(f"{world}: moved to {dst}, but its frozen copy on {src} could not be deleted: {_why(exc)}",
                   file=out)
             continue
-        print(f"{world}: {src} -> {dst}", file=out)
+        print(f"{world}: {src} -> {dst} (frozen {1e3 * (time.perf_counter() - t0):.0f} ms)", file=out)
     return True
 
 
