@@ -3,7 +3,7 @@
 For each vector: create a uniquely named world from "world", send every step's frame (its seq as given,
 the world's name filled in, the bulk fields' exact bytes) through one StreamFrames stream, and compare
 each answer with "expect": the delta's created/deleted bytes exactly, its frame, objects, pairs and
-pairs_digest, or the error's code, field and index. Then ListPairs (every page, small pages) must give
+pairs_digest (the server's, and the runner's own kept from the deltas), or the error's code, field and index. Then ListPairs (every page, small pages) must give
 exactly "final_pairs". The world is deleted at the end. Raw generated stubs are used, so the bytes
 compared are the bytes on the wire.
 
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import grpc
 
+from sapgrid.layout import digest_step, pairs_array
 from sapgrid.v1 import frame_pb2, sapgrid_service_pb2 as pb, sapgrid_service_pb2_grpc as pb_grpc, world_pb2
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
@@ -70,8 +71,9 @@ def replay(stub: pb_grpc.SapgridServiceStub, vector: dict, *, allow_zero_digest:
         answers = list(stub.StreamFrames(iter(requests), timeout=120))
         if len(answers) != len(steps):
             bad.append(f"{len(answers)} answers to {len(steps)} frames")
+        digest = [0]
         for i, (step, resp) in enumerate(zip(steps, answers)):
-            bad += [f"step {i}: {m}" for m in compare(step, resp, allow_zero_digest)]
+            bad += [f"step {i}: {m}" for m in compare(step, resp, allow_zero_digest, digest)]
         final = list_pairs(stub, name)
         if final.hex() != vector["final_pairs"]:
             bad.append(f"ListPairs: {final.hex()!r} != {vector['final_pairs']!r}")
@@ -80,7 +82,9 @@ def replay(stub: pb_grpc.SapgridServiceStub, vector: dict, *, allow_zero_digest:
     return [f"{vector['name']}: {m}" for m in bad]
 
 
-def compare(step: dict, resp: pb.StreamFramesResponse, allow_zero_digest: bool) -> list[str]:
+def compare(step: dict, resp: pb.StreamFramesResponse, allow_zero_digest: bool, digest: list) -> list[str]:
+    """The mismatches of one answer. ``digest[0]``: the client's own pair digest, kept from the deltas
+    (``sapgrid.layout.digest_step``) and checked against the vector's too."""
     expect, seq = step["expect"], int(step["frame"].get("seq", 0))
     bad = [] if resp.seq == seq else [f"seq {resp.seq} != {seq}"]
     kind = resp.WhichOneof("result")
@@ -100,6 +104,9 @@ def compare(step: dict, resp: pb.StreamFramesResponse, allow_zero_digest: bool) 
     want = int(expect["pairs_digest"])
     if d.pairs_digest != want and not (allow_zero_digest and d.pairs_digest == 0):
         bad.append(f"pairs_digest {d.pairs_digest} != {want}")
+    digest[0] = digest_step(digest[0], pairs_array(d.created), pairs_array(d.deleted))
+    if digest[0] != want:
+        bad.append(f"client pairs_digest {digest[0]} != {want}")
     return bad
 
 

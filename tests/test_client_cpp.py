@@ -102,13 +102,15 @@ def test_conformance_runner_reports_mismatches(binaries, server, tmp_path):
     created = vector["steps"][good]["expect"]["created"]
     vector["steps"][good]["expect"]["created"] = created[:-2] + ("00" if created[-2:] != "00" else "01")
     vector["steps"][good]["expect"]["objects"] += 1
+    vector["steps"][good]["expect"]["pairs_digest"] = "12345"
     vector["steps"][bad_error]["expect"]["error"]["field"] = "update_boxes"
     vector["final_pairs"] = "00" * 16 + vector["final_pairs"]
     path = tmp_path / "tampered.json"
     path.write_text(json.dumps(vector))
     out = _run([binaries["conformance"], "--server", server.address, *ZERO_DIGEST, path])
     assert out.returncode == 1, out.stdout + out.stderr
-    for what in (f"step {good}: created", f"step {good}: objects", f"step {bad_error}: error", "ListPairs",
+    for what in (f"step {good}: created", f"step {good}: objects", f"step {good}: client pairs_digest",
+                 f"step {bad_error}: error", "ListPairs",
                  "0/1 vectors match"):
         assert what in out.stdout, out.stdout
     (tmp_path / "broken.json").write_text("{not json")

@@ -75,7 +75,7 @@ def test_runner_reports_every_kind_of_mismatch(stub):
     tampered["steps"][bad_error]["expect"]["error"]["index"] += 1
     tampered["final_pairs"] = "00" * 16 + tampered["final_pairs"]
     found = "\n".join(runner.replay(stub, tampered))
-    for what in (f"step {good}: created", f"step {good}: objects", f"step {good}: pairs_digest",
+    for what in (f"step {good}: created", f"step {good}: objects", f"step {good}: client pairs_digest",
                  f"step {bad_error}: error", "ListPairs"):
         assert what in found, found
 
