@@ -156,11 +156,20 @@ def _random_scenario(name: str, description: str, dims: int, cells, objects: int
     outside the bounds, a few added and removed each frame; half the ids above 2^63."""
     size = 100.0
     s = Scenario(name, description, dims, (0,) * dims + (size,) * dims, cells)
-    r = random.Random(seed)
+    r = random.Random(seed)   # only r.random() is used: its sequence is the one Python keeps across versions
+
+    def uniform(a, b):
+        return a + (b - a) * r.random()
+
+    def choice(values):
+        return values[int(r.random() * len(values))]
+
+    def sample(values, k):
+        return sorted(values, key=lambda _: r.random())[:k]
 
     def box():
-        lo = [round(r.uniform(-10, size + 5) * 4) / 4 for _ in range(dims)]
-        ext = [round(r.uniform(0, extent) * 4) / 4 for _ in range(dims)]
+        lo = [round(uniform(-10, size + 5) * 4) / 4 for _ in range(dims)]
+        ext = [round(uniform(0, extent) * 4) / 4 for _ in range(dims)]
         return lo + [a + e for a, e in zip(lo, ext)]
 
     def new_id(k):
@@ -175,15 +184,15 @@ def _random_scenario(name: str, description: str, dims: int, cells, objects: int
     s.frame(add_ids=ids, add_boxes=boxes)
     live = list(ids)
     for _ in range(frames - 1):
-        moved = r.sample(live, k=len(live) // 3)
-        removed = r.sample([x for x in live if x not in moved], k=2)
+        moved = sample(live, len(live) // 3)
+        removed = sample([x for x in live if x not in moved], 2)
         added = [new_id(counter + i) for i in range(3)]
         counter += 3
         s.frame(remove_ids=removed, update_ids=moved, update_boxes=[box() for _ in moved],
                 add_ids=added, add_boxes=[box() for _ in added],
-                add_category=[r.choice([1, 3, 0xFFFFFFFF]) for _ in added],
-                add_mask=[r.choice([1, 2, 0xFFFFFFFF]) for _ in added],
-                add_static=[r.choice([0, 0, 1]) for _ in added])
+                add_category=[choice([1, 3, 0xFFFFFFFF]) for _ in added],
+                add_mask=[choice([1, 2, 0xFFFFFFFF]) for _ in added],
+                add_static=[choice([0, 0, 1]) for _ in added])
         live = [x for x in live if x not in removed] + added
     return s
 
