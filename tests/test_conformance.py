@@ -85,3 +85,14 @@ def test_generator_refuses_an_error_the_server_does_not_answer(server):
     s.frame(add_ids=[1, 2], add_boxes=[[0, 0, 1, 1], [2, 0, 1, 1]], error=(3, "add_boxes", 0))   # it is row 1
     with pytest.raises(SystemExit, match="documented error"):
         generate.build(s, generate.server_errors(server.address, s))
+
+
+def test_stale_check_names_changed_missing_and_extra_files(tmp_path):
+    files = {"a.json": "{}\n", "b.json": "{\"x\": 1}\n", "c.json": "[]\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert generate.stale(files, tmp_path) == []
+    (tmp_path / "b.json").write_text("{\"x\": 2}\n")
+    (tmp_path / "c.json").unlink()
+    (tmp_path / "old.json").write_text("{}\n")
+    assert generate.stale(files, tmp_path) == ["b.json", "c.json", "old.json"]
