@@ -27,6 +27,7 @@ from pathlib import Path
 from sapgrid.server.cluster import Ring, bucket, parse_members, server_name
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "proxy" / "haproxy.cfg.in"
+STOP_AFTER_FAILURES = 3         # buckets failing in a row that stop a rebalance (a cause common to all)
 
 
 def _stats_line(admin: str | None) -> str:
@@ -315,7 +316,15 @@ def rebalance(from_members, to_members, proxy_admin=(), out=sys.stdout, timeout:
             failed = _finish_earlier_moves(moves, held, replicas, proxies, out)
             if not moves:
                 break
-            failed += sum(not _move_bucket(b, moves[b], replicas, proxies, out) for b in sorted(moves))
+            in_a_row = 0
+            for b in sorted(moves):
+                ok = _move_bucket(b, moves[b], replicas, proxies, out)
+                failed += not ok
+                in_a_row = 0 if ok else in_a_row + 1
+                if in_a_row == STOP_AFTER_FAILURES:   # e.g. a new replica without the new member list
+                    print(f"{in_a_row} buckets in a row failed: stopping, the other buckets stay where they are",
+                          file=out)
+                    break
             if failed:
                 break
         moved_buckets = sum(o != n for o, n in zip(old.owners, new.owners))
