@@ -214,3 +214,31 @@ def test_rebalance_finishes_a_move_that_was_interrupted(cluster3):
             assert s.step(**interrupted.frame()).frame == 2
             interrupted.answered()
         _check_world(client, old + [new], interrupted, new)
+
+
+def test_rebalance_stops_when_the_new_replica_refuses_every_world(cluster3):
+    """The new replica does not have the new member list (here: it was taken away again), so it owns no
+    world and refuses every restore: three buckets fail in a row, the rebalance stops, and every world
+    is still on its old owner, unfrozen."""
+    from sapgrid.client import Client
+
+    c = cluster3
+    old = list(c.members)
+    new = f"127.0.0.1:{_free_port()}"
+    names = [f"keep-{i}" for i in range(30)]
+    with Client(c.bind, timeout=30) as client:
+        for n in names:
+            client.create_world(n)
+    c.set_members(old + [new])
+    c.start(new)
+    c.set_members(old)                              # every replica reads the old list again
+    out = io.StringIO()
+    assert rebalance(old, old + [new], [c.admin], out=out) == 1
+    text = out.getvalue()
+    assert "3 buckets in a row failed: stopping" in text, text
+    assert text.count("FAILED_PRECONDITION") == 3 and f"belongs to replica" in text
+    assert _held(new) == {}
+    held = {r: _held(r) for r in old}
+    for n in names:
+        assert [r for r in old if n in held[r]] == [ring_owner(old, n)]
+        assert not _world_info(ring_owner(old, n), n).frozen
