@@ -37,10 +37,23 @@ def cluster3():
         c.close()
 
 
-def test_scale_3_to_4_while_clients_stream(cluster3):
+@pytest.fixture
+def durable3():
+    assert HAPROXY, "haproxy is not installed: run scripts/setup.d/70-haproxy.sh"
+    c = Cluster(3, durable=True)
+    try:
+        c.start_proxy(c.members)
+        yield c
+    finally:
+        c.close()
+
+
+def test_scale_3_to_4_while_clients_stream(durable3):
+    """Durable replicas: after the move, kill -9 of the new replica and of one that gave worlds away, and
+    their restart: the moved worlds come back on the new one only, and their streams go on."""
     from sapgrid.client import Client
 
-    c = cluster3
+    c = durable3
     old = list(c.members)
     movers = [Mover(f"match-{i:02d}", seed=100 + i) for i in range(24)]
     with Client(c.bind, timeout=30) as client:
@@ -84,6 +97,14 @@ def test_scale_3_to_4_while_clients_stream(cluster3):
             for m in moving:
                 assert f"{m.name}: {ring_owner(old, m.name)} -> {new}" in out.getvalue()
                 assert streams[m.name].reconnects >= 1       # its stream was moved, not left behind
+            # the moved worlds are durable on the new replica, and gone for good from the old one
+            giver = ring_owner(old, moving[0].name)
+            for r in (new, giver):
+                c.replicas[r].proc.kill()
+                c.replicas[r].wait(10)
+                c.start(r)
+            for _ in range(2):
+                round_()
         finally:
             for s in streams.values():
                 s.close()
