@@ -193,8 +193,8 @@ def _move_bucket(b: int, moves: list, replicas: dict, proxies: list, out) -> boo
     t0 = time.perf_counter()
     try:
         for world, src, dst in moves:
+            frozen.append((world, src))        # before the call: one that fails may still have frozen it
             replicas[src].freeze(world, True)
-            frozen.append((world, src))
             data = replicas[src].snapshot(world)
             replicas[dst].restore(world, data)
             restored.append((world, dst))
