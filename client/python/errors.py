@@ -65,8 +65,18 @@ class Cancelled(SapgridError):
     code = grpc.StatusCode.CANCELLED
 
 
+class Unauthenticated(SapgridError):
+    """No credentials, or a token / client certificate the server does not know."""
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(SapgridError):
+    """The caller's role does not cover this call on this world."""
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
 _BY_CODE = {c.code: c for c in (InvalidArgument, FailedPrecondition, NotFound, AlreadyExists, ResourceExhausted,
-                                 Unavailable, DeadlineExceeded, Cancelled)}
+                                 Unavailable, DeadlineExceeded, Cancelled, Unauthenticated, PermissionDenied)}
 _BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
 
 
