@@ -50,6 +50,8 @@ log = logging.getLogger("sapgrid.server")
 
 READER, WRITER, ADMIN = "reader", "writer", "admin"
 RANK = {READER: 1, WRITER: 2, ADMIN: 3}
+ROLES_HELP = {READER: "list, get, query, pairs, subscribe", WRITER: "frames, snapshots and every read",
+              ADMIN: "everything: create, delete, restore, freeze worlds"}
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 TOKEN_PREFIX = "sg_"
