@@ -409,6 +409,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
         return handler._replace(**{kind: authed})
 
     def _check(self, metadata, context, method, role, request_class, field, request=None) -> Identity:
+        world = None
         try:
             ident = self.authenticator.authenticate(metadata, context)
             setattr(context, ATTR, ident)
@@ -423,7 +424,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
                 ident.require(role, None, method)
             return ident
         except (Unauthenticated, PermissionDenied) as exc:
-            self.refused(context, exc, method, identity(context))
+            self.refused(context, exc, method, identity(context), world)
             from .errors import abort
 
             abort(context, exc)
