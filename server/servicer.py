@@ -45,15 +45,26 @@ def _streaming(method):
     return call
 
 
-def _parsed(method, request_class, streaming: bool):
+def _parsed(method, request_class, streaming: bool, client_streaming: bool = False):
     """A method whose request arrives as bytes and is parsed here: bytes that are not a valid message are
-    INVALID_ARGUMENT (a deserializer registered with gRPC would make them INTERNAL, with a traceback)."""
+    INVALID_ARGUMENT (a deserializer registered with gRPC would make them INTERNAL, with a traceback).
+    A client-streaming method gets an iterator of parsed messages; a bad one raises InvalidInput from it
+    (the method's ``_unary`` / ``_streaming`` wrapper ends the call with its status)."""
     def parse(raw: bytes):
         try:
             return request_class.FromString(raw)
         except DecodeError as exc:
             raise InvalidInput(f"request: not a valid {request_class.DESCRIPTOR.name} ({exc})", "request") from None
 
+    if client_streaming:
+        def messages(raw_iterator):
+            for raw in raw_iterator:
+                yield parse(raw)
+
+        @functools.wraps(method)
+        def call(raw_iterator, context):
+            return method(messages(raw_iterator), context)
+        return call
     if streaming:
         @functools.wraps(method)
         def call(raw, context):
@@ -88,7 +99,7 @@ def add_to_server(servicer: "SapgridServicer", server) -> None:
         response = message_factory.GetMessageClass(m.output_type)
         method = getattr(servicer, m.name)
         if m.name not in raw_request:
-            method = _parsed(method, request, m.server_streaming)
+            method = _parsed(method, request, m.server_streaming, m.client_streaming)
         handlers[m.name] = make[m.client_streaming, m.server_streaming](
             method, request_deserializer=None,
             response_serializer=None if m.name in raw_response else response.SerializeToString)
