@@ -197,3 +197,36 @@ def test_health_is_never_refused_during_a_flood_of_refused_calls(make_server):
         assert refused[0] > 0
         s1.close()
         s2.close()
+
+
+def test_health_is_answered_while_every_call_thread_is_busy_and_calls_queue(make_server):
+    """Every thread of the call pool held (world creations blocked in the engine) and 100 more calls
+    waiting: the health check has threads of its own and is answered, never refused."""
+    from sapcore import World
+
+    gate = threading.Event()
+
+    def slow_world(config):
+        gate.wait(120)                                                     # bounded
+        return World(config)
+
+    srv = make_server(worker_threads=2, default_world="", world_factory=slow_world)
+    futures = []
+    with grpc.insecure_channel(srv.address) as ch, grpc.insecure_channel(srv.address) as hch:
+        create = ch.unary_unary("/sapgrid.v1.SapgridService/CreateWorld")
+        try:
+            for i in range(120):                                           # 18 threads busy, the rest queued
+                request = pb.CreateWorldRequest(name=f"busy-{i}")
+                request.config.dims = 2
+                request.config.bounds.extend([0, 0, 10, 10])
+                futures.append(create.future(request.SerializeToString(), timeout=120))
+            _wait(lambda: len(srv.app.registry._pending) >= 16)
+            health = health_pb2_grpc.HealthStub(hch)
+            for _ in range(20):
+                reply = health.Check(health_pb2.HealthCheckRequest(), timeout=30)
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        finally:
+            gate.set()
+            for f in futures:
+                f.result()
+    assert len(srv.app.registry.worlds) == 120
