@@ -25,10 +25,11 @@ from sapgrid.v1 import frame_pb2
 SERVICE = pb.DESCRIPTOR.services_by_name["SapgridService"]
 METHODS = {m.name: m for m in SERVICE.methods}
 WORLD = "fz"
-#: Statuses the contract documents for client input (UNIMPLEMENTED: a method this server does not serve).
+#: Statuses the contract documents for client input (UNIMPLEMENTED: a method this server does not serve;
+#: PERMISSION_DENIED: a role that does not cover the call, with --auth-file).
 DOCUMENTED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
               grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED,
-              grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.UNIMPLEMENTED}
+              grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED}
 #: Calls that change which worlds exist: never pointed at the world under test.
 ADMIN = {"DeleteWorld", "RestoreWorld", "FreezeWorld"}
 MAX_MESSAGE = 1 << 20
@@ -142,13 +143,21 @@ calls = st.sampled_from(sorted(METHODS)).flatmap(
                                                    max_size=3 if METHODS[name].client_streaming else 1)))
 
 
-@pytest.fixture(scope="module")
-def target():
+@pytest.fixture(scope="module", params=["open", "auth"])
+def target(request, tmp_path_factory):
+    """A server with two worlds, without auth, or with an auth file (the fuzzer then calls with a reader
+    token: every write is refused, and must change nothing)."""
     from conftest import ServerThread
+    from security_helpers import auth_file
 
+    extra, tokens = {}, {}
+    if request.param == "auth":
+        path = tmp_path_factory.mktemp("fuzz") / "auth.toml"
+        tokens = auth_file(path, {"ops": ("admin", "*"), "look": ("reader", "*")})
+        extra = dict(auth_file=str(path))
     srv = ServerThread(default_world="", max_message_bytes=MAX_MESSAGE, queue_size=8, max_worlds=64,
-                       max_world_bytes=64 << 20)
-    with Client(srv.address) as c:
+                       max_world_bytes=64 << 20, **extra)
+    with Client(srv.address, token=tokens.get("ops")) as c:
         c.create_world(WORLD, dims=2, bounds=(0, 0, 100, 100), cells=(4, 4))
         c.create_world("fz3", dims=3, bounds=(0, 0, 0, 100, 100, 100), cells=(2, 2, 2))
         rng = np.random.default_rng(7)
@@ -156,6 +165,10 @@ def target():
         c.step(WORLD, 1, add_ids=np.arange(1, 41, dtype=np.uint64),
                add_boxes=np.concatenate([lo, lo + rng.uniform(0.5, 5, (40, 2))], 1).astype(np.float32))
     channel = grpc.insecure_channel(srv.address, options=[("grpc.max_send_message_length", 64 << 20)])
+    if tokens:
+        from sapgrid.client._channel import _TokenInterceptor
+
+        channel = grpc.intercept_channel(channel, _TokenInterceptor((("authorization", f"Bearer {tokens['look']}"),)))
     yield srv, channel
     channel.close()
     srv.stop()
@@ -174,7 +187,7 @@ def _check_status(code, details, method):
         assert details and len(details) < 2000, f"{method}: {code} message {details[:200]!r}... ({len(details)})"
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(call=calls)
 def test_hostile_bytes_to_every_rpc(target, call):
     srv, channel = target
