@@ -302,11 +302,28 @@ def client_name(context) -> str:
     return ident.name if ident is not None else "peer:" + peer_host(context.peer())
 
 
+_frame_refusals = None
+
+
 def require(context, role: str, world: str | None, what: str) -> None:
-    """Raise PermissionDenied unless the call's identity has ``role`` on ``world`` (no-op without auth)."""
+    """Raise PermissionDenied unless the call's identity has ``role`` on ``world`` (no-op without auth);
+    a refusal writes an audit line (at most one a second per peer)."""
+    global _frame_refusals
     ident = identity(context)
-    if ident is not None:
-        ident.require(role, world, what)
+    if ident is not None and not ident.may(role, world):
+        try:
+            ident.require(role, world, what)
+        except PermissionDenied as exc:
+            if _frame_refusals is None:
+                from .logs import _Sampler
+
+                _frame_refusals = _Sampler()
+            peer = context.peer()
+            skipped = _frame_refusals.take(peer)
+            if skipped is not None:
+                audit("refused", ident.name, peer, call=what, status="PERMISSION_DENIED", reason=str(exc), world=world,
+                      suppressed=skipped)
+            raise
 
 
 def may(context, role: str, world: str) -> bool:

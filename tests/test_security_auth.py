@@ -133,12 +133,16 @@ def test_admin_creates_and_deletes_and_every_event_is_audited_by_name(secured, c
         c.delete_world("lobby")
     with Client(secured.address, token="sg_wrong") as c, pytest.raises(Unauthenticated):
         c.list_worlds()
+    with Client(secured.address, token=secured.tokens["game"]) as c, c.stream() as s, \
+            pytest.raises(PermissionDenied):
+        s.step(world="lobby", remove_ids=[1])                              # a frame refused in its slot
     records = [r.audit for r in caplog.records if r.name == "sapgrid.audit"]
     events = [(r["audit"], r["identity"], r.get("world"), r.get("status")) for r in records]
     assert ("world_created", "ops", "match-9", None) in events
     assert ("world_deleted", "ops", "match-9", None) in events
     assert ("refused", "look", "lobby", "PERMISSION_DENIED") in events
     assert any(e[0] == "refused" and e[3] == "UNAUTHENTICATED" for e in events)
+    assert ("refused", "game", "lobby", "PERMISSION_DENIED") in events
     text = "\n".join(json.dumps(r) for r in records) + "\n".join(r.getMessage() for r in caplog.records)
     for token in secured.tokens.values():
         assert token not in text                                           # names only, never a token

@@ -200,3 +200,15 @@ def test_async_client_over_tls_with_a_token(make_server, certs, tmp_path):
 
     asyncio.run(run())
     assert srv.app.registry.get("aio-w").frames == 1
+
+
+def test_tls_true_uses_the_system_roots(make_server, certs):
+    plain = make_server()
+    with Client(plain.address, tls=True, timeout=5) as c, pytest.raises(Unavailable):
+        c.list_worlds()                                        # it speaks TLS: a plaintext port cannot answer
+    crt, key = certs.server()
+    srv = make_server(tls_cert=crt, tls_key=key)
+    with Client(srv.address, tls=True, timeout=5) as c, pytest.raises(Unavailable):
+        c.list_worlds()                                        # the test CA is not among the system's roots
+    with pytest.raises(ValueError, match="cert_file and key_file go together"):
+        Client(srv.address, ca_file=certs.ca_file, cert_file=crt)
