@@ -93,7 +93,7 @@ class Identity:
     def require(self, role: str, world: str | None, what: str) -> None:
         if not self.may(role, world):
             on = f" on world {short(world)}" if world is not None else ""
-            raise PermissionDenied(f"{what}: {self.name!r} has no {role} role{on}", "world" if world else "")
+            raise PermissionDenied(f"{what}: {short(self.name)} has no {role} role{on}", "world" if world else "")
 
 
 @dataclass(frozen=True)

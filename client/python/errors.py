@@ -65,6 +65,11 @@ class Cancelled(SapgridError):
     code = grpc.StatusCode.CANCELLED
 
 
+_BY_CODE = {c.code: c for c in (InvalidArgument, FailedPrecondition, NotFound, AlreadyExists, ResourceExhausted,
+                                 Unavailable, DeadlineExceeded, Cancelled)}
+_BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
+
+
 class Unauthenticated(SapgridError):
     """No credentials, or a token / client certificate the server does not know."""
     code = grpc.StatusCode.UNAUTHENTICATED
@@ -75,9 +80,7 @@ class PermissionDenied(SapgridError):
     code = grpc.StatusCode.PERMISSION_DENIED
 
 
-_BY_CODE = {c.code: c for c in (InvalidArgument, FailedPrecondition, NotFound, AlreadyExists, ResourceExhausted,
-                                 Unavailable, DeadlineExceeded, Cancelled, Unauthenticated, PermissionDenied)}
-_BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
+_BY_CODE.update({c.code: c for c in (Unauthenticated, PermissionDenied)})
 
 
 def make_error(code: grpc.StatusCode, message: str, field: str = "", index: int = -1) -> SapgridError:

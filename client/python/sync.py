@@ -11,7 +11,6 @@ from sapgrid.v1 import sapgrid_service_pb2 as pb, sapgrid_service_pb2_grpc as pb
 
 from ._calls import (DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Calls, channel_options, check_size, frame_answer, subscribe_request,
                      frame_request, is_cancelled, world_metadata)
-from ._channel import credentials, open_channel
 from .codec import RemoteDelta, delta_from, join_pairs, pairs_array
 from .errors import SapgridError, from_rpc_error, unavailable
 
@@ -108,6 +107,8 @@ class Client(Calls):
         self.address = address
         self.timeout = timeout
         self.max_message_bytes = max_message_bytes
+        from ._channel import credentials, open_channel
+
         # TLS with tls=True (system roots) or any of the files; token: authorization metadata (_channel.py)
         self.channel = open_channel(address, channel_options(max_message_bytes), aio=False,
                                     **credentials(tls, ca_file, cert_file, key_file, token))
