@@ -319,7 +319,7 @@ def require(context, role: str, world: str | None, what: str) -> None:
 
                 _frame_refusals = _Sampler()
             peer = context.peer()
-            skipped = _frame_refusals.take(peer)
+            skipped = _frame_refusals.take(f"{ident.name}@{peer}")
             if skipped is not None:
                 audit("refused", ident.name, peer, call=what, status="PERMISSION_DENIED", reason=str(exc), world=world,
                       suppressed=skipped)
@@ -447,11 +447,11 @@ class AuthInterceptor(grpc.ServerInterceptor):
             abort(context, exc)
 
     def refused(self, context, exc, method: str, ident: Identity | None, world: str | None = None) -> None:
-        """An audit line (at most one a second per peer) and a metric for a refused credential or role."""
+        """An audit line (at most one a second per identity and peer) and a metric for a refused credential or role."""
         peer = context.peer()
         code = exc.code.name
         self.on_refused(ident.name if ident else "peer:" + peer_host(peer), code.lower())
-        skipped = self._sampler.take(peer)
+        skipped = self._sampler.take(f"{ident.name if ident else ''}@{peer}")   # per identity and peer
         if skipped is not None:
             audit("refused", ident.name if ident else "", peer, call=method, status=code, reason=str(exc),
                   world=world, suppressed=skipped)
