@@ -71,6 +71,8 @@ class App:
     authenticator: "auth.Authenticator | None" = None
     watchdog: "quota.Watchdog | None" = None
     health_pool: "quota.HealthPool | None" = None
+    health_server: "grpc.Server | None" = None    # --health-listen: plaintext health only
+    health_port: int = -1
     certificates: "tls.CertificateFiles | None" = None
     quotas: "quota.ClientQuotas | None" = None
 
@@ -85,6 +87,8 @@ class App:
 
     def start(self) -> None:
         self.server.start()
+        if self.health_server is not None:
+            self.health_server.start()
         if self.watchdog is not None:
             self.watchdog.start()
         for name in ("", *self.services):
@@ -98,6 +102,8 @@ class App:
         stopped = self.server.stop(grace)          # new calls refused; open ones cancelled after grace
         self.registry.close(grace + 5.0)           # open frame calls end, worlds finish their jobs
         stopped.wait(10.0)
+        if self.health_server is not None:
+            self.health_server.stop(0)
         self.metrics.stop_http()
         self.pool.shutdown(wait=False)
         if self.watchdog is not None:
@@ -183,6 +189,14 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
                            f"not this machine's)")
     app = App(cfg, server, port, health, registry, metrics, pool, authenticator=authenticator, watchdog=watchdog,
               health_pool=health_pool, certificates=certificates, quotas=quotas)
+    if cfg.health_listen:
+        app.health_server, app.health_port = _health_server(cfg.health_listen, health, health_pool)
+        if app.health_port == 0:
+            server.stop(0)
+            pool.shutdown(wait=False)
+            health_pool.shutdown()
+            raise StartupError(f"--health-listen {cfg.health_listen}: cannot listen there (the port is in use, or "
+                               f"the address is not this machine's)")
     if cfg.metrics_port >= 0:
         try:
             app.metrics_port = metrics.serve_http(cfg.metrics_host, cfg.metrics_port, cfg.metrics_tls_cert,
@@ -222,6 +236,20 @@ def _security(cfg: ServerConfig):
     except tls.TLSFileError as exc:
         raise StartupError(str(exc)) from None
     return authenticator, certificates
+
+
+def _health_server(listen: str, health: HealthServicer, health_pool) -> tuple[grpc.Server, int]:
+    """A plaintext server of the health service alone (for probes that cannot speak TLS, such as
+    Kubernetes' gRPC probes): it tells whether the server is serving, and nothing else."""
+    server = grpc.server(health_pool.pool)
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    port = 0
+    if _bindable(listen):
+        try:
+            port = server.add_insecure_port(listen)
+        except RuntimeError:
+            port = 0
+    return server, port
 
 
 def is_loopback(listen: str) -> bool:

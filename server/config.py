@@ -41,7 +41,8 @@ class ServerConfig:
     tls_cert, tls_key, tls_client_ca : TLS of the gRPC port (files re-read when they change); with the
         client CA, mutual TLS. metrics_tls_cert, metrics_tls_key : HTTPS for /metrics.
     auth_file : tokens and certificate subjects with roles (server/auth.py); without it the server
-        listens only on loopback unless ``insecure``. reflection : "on" or "off".
+        listens only on loopback unless ``insecure``. reflection : "on" or "off". health_listen : a
+        plaintext port of the health service alone (probes that cannot speak TLS).
     max_calls_per_client, max_worlds_per_client, max_objects_per_client : per-client quotas (0: none).
     stream_idle_seconds, subscriber_stall_seconds : end idle frame streams and stalled server streams (0: never).
     """
@@ -75,6 +76,7 @@ class ServerConfig:
     metrics_tls_cert: str = ""
     metrics_tls_key: str = ""
     auth_file: str = ""
+    health_listen: str = ""
     insecure: bool = False
     reflection: str = "on"
     max_calls_per_client: int = 0
@@ -111,6 +113,8 @@ class ServerConfig:
         if bool(self.metrics_tls_cert) != bool(self.metrics_tls_key):
             bad("metrics_tls_key" if self.metrics_tls_cert else "metrics_tls_cert",
                 "--metrics-tls-cert and --metrics-tls-key go together")
+        if self.health_listen and ":" not in self.health_listen:
+            bad("health_listen", f"must be HOST:PORT, got {self.health_listen[:80]!r}")
         if self.reflection not in ("on", "off"):
             bad("reflection", f"must be on or off, got {self.reflection[:40]!r}")
         for name in ("max_calls_per_client", "max_worlds_per_client", "max_objects_per_client",
@@ -171,6 +175,8 @@ _HELP = {
     "metrics_tls_key": "the private key of --metrics-tls-cert (PEM)",
     "auth_file": "tokens and client certificates with their roles on worlds (TOML; reloaded on SIGHUP); "
                  "without it every caller may do everything, and only a loopback --listen is allowed",
+    "health_listen": "also serve the health service alone, in plaintext, on HOST:PORT (for probes that cannot speak "
+                     "TLS, e.g. Kubernetes' gRPC probes; default: none)",
     "insecure": "allow a non-loopback --listen without --auth-file (anyone who reaches the port may do anything)",
     "reflection": "serve gRPC server reflection: on or off (default on)",
     "max_calls_per_client": "long calls one client (token name, or peer address without auth) may hold at once "

@@ -212,3 +212,25 @@ def test_tls_true_uses_the_system_roots(make_server, certs):
         c.list_worlds()                                        # the test CA is not among the system's roots
     with pytest.raises(ValueError, match="cert_file and key_file go together"):
         Client(srv.address, ca_file=certs.ca_file, cert_file=crt)
+
+
+def test_health_listen_answers_plaintext_probes_of_a_tls_server(make_server, certs):
+    import socket
+    from pathlib import Path
+
+    with socket.socket() as sock:                                      # a free loopback port
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    crt, key = certs.server()
+    srv = make_server(tls_cert=crt, tls_key=key, health_listen=f"127.0.0.1:{port}")
+    script = Path(__file__).resolve().parent.parent / "deploy" / "healthcheck.py"
+    env = dict(os.environ, SAPGRID_LISTEN=srv.address, SAPGRID_HEALTH_LISTEN=f"0.0.0.0:{port}")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0 and f"127.0.0.1:{port}: SERVING" in out.stdout, out.stdout + out.stderr
+    with grpc.insecure_channel(f"127.0.0.1:{port}", options=_fresh()) as ch:
+        assert _health(ch) == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as err:                      # nothing but health there
+            ch.unary_unary("/sapgrid.v1.SapgridService/ListWorlds")(b"", timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        srv.app.health.enter_graceful_shutdown()
+        assert _health(ch) == health_pb2.HealthCheckResponse.NOT_SERVING
