@@ -17,6 +17,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -67,6 +68,9 @@ class App:
     metrics: Metrics
     pool: ThreadPoolExecutor
     metrics_port: int = -1
+    storage: Any = None               # storage.Storage with --data-dir
+    default_world: Any = None         # its sapcore.WorldConfig, created at start when there is none
+    recovered: Any = None             # storage.Recovered: what recovery found at start
 
     @property
     def address(self) -> str:
@@ -78,7 +82,16 @@ class App:
         return (SAPGRID_SERVICE, ECHO_SERVICE) if self.cfg.echo else (SAPGRID_SERVICE,)
 
     def start(self) -> None:
+        """Start serving. With a data directory, health is NOT_SERVING (and world calls UNAVAILABLE) until
+        every world in it is recovered."""
+        for name in ("", *self.services):
+            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         self.server.start()
+        if self.storage is not None:
+            self.recovered = self.storage.recover(self.registry)
+            self.registry.recovering = False
+        if self.default_world is not None and self.cfg.default_world not in self.registry.worlds:
+            self.registry.create(self.cfg.default_world, self.default_world)
         for name in ("", *self.services):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
@@ -90,6 +103,8 @@ class App:
         stopped = self.server.stop(grace)          # new calls refused; open ones cancelled after grace
         self.registry.close(grace + 5.0)           # open frame calls end, worlds finish their jobs
         stopped.wait(10.0)
+        if self.storage is not None:
+            self.storage.close()                   # snapshots finish, every log is fsynced
         self.metrics.stop_http()
         self.pool.shutdown(wait=False)
 
@@ -147,19 +162,36 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
         pool.shutdown(wait=False)
         raise StartupError(f"--listen {cfg.listen}: cannot listen there (the port is in use, or the address is "
                            f"not this machine's)")
-    app = App(cfg, server, port, health, registry, metrics, pool)
+    storage = None
+    if cfg.data_dir:
+        from .storage import Storage
+        try:
+            storage = Storage(cfg.data_dir, cfg.fsync, cfg.snapshot_bytes)
+        except (OSError, ValueError) as exc:
+            server.stop(0)
+            pool.shutdown(wait=False)
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise StartupError(f"--data-dir {cfg.data_dir}: {reason}") from None
+        registry.storage = storage
+        registry.recovering = True
+    app = App(cfg, server, port, health, registry, metrics, pool, storage=storage)
     if cfg.metrics_port >= 0:
         try:
             app.metrics_port = metrics.serve_http(cfg.metrics_host, cfg.metrics_port)
         except OSError as exc:
             server.stop(0)
             pool.shutdown(wait=False)
+            if storage is not None:
+                storage.close()
             raise StartupError(f"--metrics-port {cfg.metrics_port} (--metrics-host {cfg.metrics_host}): cannot serve "
                                f"metrics there ({exc.strerror or exc})") from None
     # In a cluster, the default world is created only by the replica the ring gives it to.
     if default_world is not None and (ownership is None or ownership.ring.owner(cfg.default_world)
                                       == ownership.self_member):
-        registry.create(cfg.default_world, default_world)
+        if storage is None:
+            registry.create(cfg.default_world, default_world)
+        else:                                   # after recovery (it may be in the data directory)
+            app.default_world = default_world
     return app
 
 

@@ -372,7 +372,7 @@ class WorldRunner:
             self.budget.check_adds(self.name, len(adds))
         mark = None
         if self.log is not None and not replay:
-            mark = self.log.append(raw, self.frames + 1)      # Unavailable if it cannot be written
+            mark = self.log.append(raw, self.frames + 1, seq, writer)    # Unavailable if it cannot be written
         try:
             delta = self.world.step(**arrays)
         except BaseException:
@@ -522,10 +522,10 @@ class Registry:
         self.closing = False
 
     def get(self, name: str) -> WorldRunner:
+        if self.recovering:
+            raise Unavailable("the server is recovering its worlds from its data directory; try again soon")
         runner = self.worlds.get(name)
         if runner is None:
-            if self.recovering:
-                raise Unavailable("the server is recovering its worlds from its data directory; try again soon")
             raise WorldNotFound(name)
         return runner
 
