@@ -394,7 +394,10 @@ class WorldRunner:
         applied = Applied(self.name, seq, self.frames, delta, waited, time.perf_counter() - received,
                           occupancy, digest=self.digest)
         if writer:
-            self.writers.record(writer, seq, protocol.delta_bytes(applied))
+            answer = protocol.delta_bytes(applied)
+            self.writers.record(writer, seq, answer)
+            if mark is not None:
+                self.log.append_answer(answer, self.frames, seq, writer)
         self.last = applied
         if mark is not None:
             self.log.applied(self)                            # may cut the log and start a snapshot

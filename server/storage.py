@@ -7,9 +7,11 @@ Files (README "Durability")::
     DIR/worlds/w-NAME/snap-N.snap         the world after its frame N (server/snapshot.py format)
     DIR/worlds/w-NAME/log-N.wal           the frames N+1, N+2, ... as received, one record each
 
-A log record: ``magic b"SGWR" | payload length u32 | CRC32C of the payload u32 | payload``, payload =
-``frame number u64 | seq u64 | writer length u8 | writer | the request bytes as received`` (an
-ApplyFrameRequest / StreamFramesRequest: the Frame is its field 1).
+A log record: ``magic | payload length u32 | CRC32C of the payload u32 | payload``, payload =
+``frame number u64 | seq u64 | writer length u8 | writer | body``. Magic ``b"SGWR"``: a frame, the body is
+the request bytes as received (an ApplyFrameRequest / StreamFramesRequest: the Frame is its field 1).
+Magic ``b"SGWA"``: the answer of a writer's frame (written after it is applied, before it is answered),
+the body is the serialized Delta, so that a duplicate sent after a restart gets the very bytes it got.
 
 The order of a frame (``WorldRunner._frame``, in the world's turn): checked (wire, writer's seq, budget),
 appended here, applied by the engine, answered. A refusal by the engine takes the record back out
@@ -57,7 +59,8 @@ from .errors import Unavailable
 log = logging.getLogger("sapgrid.server")
 
 FSYNC_MODES = ("always", "everysec", "no")
-RECORD_MAGIC = b"SGWR"
+RECORD_MAGIC = b"SGWR"                      # a frame's record: the request as received
+ANSWER_MAGIC = b"SGWA"                      # a writer's frame's answer: the serialized Delta
 _RECORD = struct.Struct("<4sII")           # magic, payload length, CRC32C of the payload
 _PAYLOAD = struct.Struct("<QQB")           # frame number, seq, writer length
 RECORD_HEADER = _RECORD.size
@@ -126,10 +129,23 @@ class WorldLog:
             raise Unavailable(f"world {self.name!r} was deleted")
         if self.broken:
             self._cut_back(self.size)
+        return self._write(RECORD_MAGIC, raw, frame, seq, writer)
+
+    def append_answer(self, answer: bytes, frame: int, seq: int, writer: str) -> None:
+        """After a writer's frame: its answer (the serialized Delta), so that a duplicate sent after a
+        restart gets these very bytes. If it cannot be written, the frame stands (it is applied and its
+        record is in the log); a duplicate after a restart then gets the Delta the replay made (same
+        pairs, frame and digest; the replay's timings)."""
+        try:
+            self._write(ANSWER_MAGIC, answer, frame, seq, writer)
+        except Unavailable as exc:
+            log.warning("world %r: the answer of frame %d was not logged: %s", self.name, frame, exc)
+
+    def _write(self, magic: bytes, raw: bytes, frame: int, seq: int, writer: str) -> int:
         wname = writer.encode()
         payload_head = _PAYLOAD.pack(frame, seq, len(wname)) + wname
         crc = google_crc32c.extend(google_crc32c.value(payload_head), raw)
-        head = _RECORD.pack(RECORD_MAGIC, len(payload_head) + len(raw), crc)
+        head = _RECORD.pack(magic, len(payload_head) + len(raw), crc)
         mark = self.size
         total = len(head) + len(payload_head) + len(raw)
         try:
@@ -597,7 +613,12 @@ class Storage:
                     break
                 if rec is False:
                     raise RecoveryError(f"{file}: record at offset {end} is damaged (bad magic or checksum)")
-                frame_no, seq, writer, raw, size = rec
+                magic, frame_no, seq, writer, raw, size = rec
+                if magic == ANSWER_MAGIC:          # the answer of the frame just replayed
+                    if frame_no == runner.frames and writer:
+                        runner.writers.replace_answer(writer, seq, raw)
+                    end += size
+                    continue
                 if frame_no != runner.frames + 1:
                     raise RecoveryError(f"{file}: record at offset {end} is frame {frame_no}, expected frame "
                                         f"{runner.frames + 1}")
@@ -623,13 +644,13 @@ class Storage:
 
 
 def _read_record(data: bytes, i: int):
-    """(frame, seq, writer, raw, record size) of the record at ``i``; None if it is cut short by the end of
+    """(magic, frame, seq, writer, raw, record size) of the record at ``i``; None if it is cut short by the end of
     the data (or only zeros follow: a tail the file system never filled); False if it is damaged."""
     rest = len(data) - i
     if rest < RECORD_HEADER:
         return None
     magic, length, crc = _RECORD.unpack_from(data, i)
-    if magic != RECORD_MAGIC:
+    if magic not in (RECORD_MAGIC, ANSWER_MAGIC):
         return None if not data[i:].strip(b"\0") else False
     if RECORD_HEADER + length > rest:
         return None
@@ -643,4 +664,4 @@ def _read_record(data: bytes, i: int):
         writer = payload[_PAYLOAD.size:_PAYLOAD.size + n].decode()
     except UnicodeDecodeError:
         return False
-    return frame_no, seq, writer, payload[_PAYLOAD.size + n:], RECORD_HEADER + length
+    return magic, frame_no, seq, writer, payload[_PAYLOAD.size + n:], RECORD_HEADER + length

@@ -78,6 +78,13 @@ class Writers:
         while len(w.recent) > 1 and (len(w.recent) > self.keep or w.nbytes > self.byte_limit):
             w.nbytes -= len(w.recent.popleft()[1])
 
+    def replace_answer(self, writer: str, seq: int, raw: bytes) -> None:
+        """The answer of ``writer``'s last frame ``seq`` is ``raw`` (recovery: the bytes first sent)."""
+        w = self.table.get(writer)
+        if w is not None and w.recent and w.recent[-1][0] == seq:
+            w.nbytes += len(raw) - len(w.recent[-1][1])
+            w.recent[-1] = (seq, bytes(raw))
+
     def seqs(self) -> dict[str, int]:
         """Each writer -> its last applied seq."""
         return {name: w.last for name, w in dict(self.table).items()}    # a copy: read outside the turn
