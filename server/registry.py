@@ -416,12 +416,11 @@ class WorldRunner:
 
     def state(self) -> State:
         """A copy of everything the world is made of, for a snapshot. Call it in the world's turn."""
-        w, c = self.world, self.config
-        ids = w.ids()
-        category, mask, static = w.filters(ids)
+        c = self.config
+        ids, boxes, category, mask, static = self.world.export()
         return State(self.name, c.dims, tuple(c.bounds), tuple(c.cells), int(c.threads or 0), int(c.max_objects),
                      float(c.coord_limit), self.expected_objects, self.frames, self.rejected, self.digest,
-                     self.writers.copy_state(), ids, w.boxes(ids), category, mask, static)
+                     self.writers.copy_state(), ids, boxes, category, mask, static)
 
     def _region_frame(self, view, applied: Applied) -> Applied:
         """A region subscriber's Applied: the pairs entering and leaving its view (interest.py)."""

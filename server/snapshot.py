@@ -8,7 +8,7 @@
       counters          frames u64 (frames applied) | frames_rejected u64 | pairs_digest u64
       writers           count u32, then per writer: u8 length + name | last seq u64 | kept answers u32,
                         then per answer: seq u64 | u32 length + the serialized Delta
-      objects           count u64 (n), then the arrays: ids u64[n] (sorted) | boxes f32[n, 2*dims]
+      objects           count u64 (n), then the arrays: ids u64[n] (in no particular order) | boxes f32[n, 2*dims]
                         | category u32[n] | mask u32[n] | static u8[n] (0/1)
 
 ``State`` is what a snapshot holds, copied from a world in its turn (``WorldRunner.state``: numpy copies,
@@ -49,7 +49,7 @@ class State:
     rejected: int
     digest: int
     writers: list = field(default_factory=list)       # [(name, last, [(seq, bytes), ...])]
-    ids: np.ndarray = None        # uint64 [n], sorted
+    ids: np.ndarray = None        # uint64 [n], unique, in no particular order
     boxes: np.ndarray = None      # float32 [n, 2*dims]
     category: np.ndarray = None   # uint32 [n]
     mask: np.ndarray = None       # uint32 [n]

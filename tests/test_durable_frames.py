@@ -286,3 +286,21 @@ def test_a_bad_snapshot_is_invalid_argument_and_creates_nothing(stub, world_name
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     names = [w.name for w in stub.ListWorlds(pb.ListWorldsRequest(), timeout=120).worlds]
     assert name not in names and "bad name!" not in names
+
+
+def test_world_export_is_every_live_object_as_ids_boxes_and_filters_say():
+    from sapcore import World, WorldConfig
+
+    w = World(WorldConfig(dims=3, bounds=(0, 0, 0, 50, 50, 50), cells=(3, 3, 3)))
+    rng = np.random.default_rng(4)
+    boxes, cat, mask, static = _scene(rng, 200, 3)
+    w.step(add_ids=np.arange(200) * 7, add_boxes=boxes, add_category=cat, add_mask=mask, add_static=static)
+    w.step(remove_ids=np.arange(0, 200, 3) * 7)
+    ids, bx, c, m, s = w.export()
+    order = np.argsort(ids)
+    want = w.ids()
+    assert np.array_equal(ids[order], want) and np.array_equal(bx[order], w.boxes(want))
+    for got, exp in zip((c, m, s), w.filters(want)):
+        assert np.array_equal(got[order], exp)
+    bx[:] = 0                                               # copies: the world is untouched
+    assert np.array_equal(w.boxes(want), boxes[(want // 7).astype(np.int64)])
