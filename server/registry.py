@@ -487,6 +487,11 @@ class WorldRunner:
             self._refuse_waiting()
             on_deleted()
 
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no job holds the world (after ``delete``: its running job is done)."""
+        with self._mutex:
+            return self._idle.wait_for(lambda: not self._busy, timeout)
+
     def drain(self, timeout: float | None = None) -> bool:
         """Shutdown: take no new jobs, let the running and waiting ones finish, then end subscribers.
         False if jobs were still running or waiting after ``timeout`` seconds (the waiting ones are refused)."""
@@ -630,7 +635,8 @@ class Registry:
             count = len(self.worlds)
         runner.delete(lambda: self.metrics.world_deleted(name, count))
         if runner.log is not None:
-            runner.log.delete()           # its files go (after its running job, if any, is done)
+            runner.wait_idle()            # its running job (a frame writing its log) finishes first
+            runner.log.delete()           # then its files go
         self.budget.close_world(name)
         log.info("world %r deleted", name)
 

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import google_crc32c
 
 from . import protocol, snapshot
-from .errors import Unavailable
+from .errors import Unavailable, WorldExists
 
 log = logging.getLogger("sapgrid.server")
 
@@ -425,9 +425,10 @@ class Storage:
         path = self.world_dir(runner.name)
         tmp = os.path.join(self.worlds_dir, f".new-{runner.name}-{uuid.uuid4().hex[:8]}")
         state = runner.state()
+        if os.path.exists(path):
+            raise WorldExists(f"world {runner.name!r}: the data directory holds files of a world of that name that "
+                              f"could not be recovered ({path}); move them away to use the name", "name")
         try:
-            if os.path.exists(path):                 # left over by a world whose deletion was cut short
-                self.remove_dir(path)
             os.mkdir(tmp)
             _write_durably(self.io, tmp, _snap_name(state.frames), snapshot.encode(state))
             fd = self.io.open(os.path.join(tmp, _log_name(state.frames)), os.O_WRONLY | os.O_CREAT, 0o644)

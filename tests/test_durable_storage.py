@@ -416,3 +416,20 @@ def test_kill_9_loses_no_answered_frame(tmp_path, stubs, fsync):
     finally:
         proc.terminate()
         proc.wait(60)
+
+
+def test_the_name_of_a_world_that_could_not_be_recovered_is_not_reused_over_its_files(tmp_path, stubs):
+    s = durable(tmp_path)
+    stub = stubs(s.address)
+    create(stub, "dmg", side=80.0)
+    apply(stub, "dmg", 1, add_ids=[1, 2], add_boxes=[[0, 0, 2, 2], [1, 1, 3, 3]])
+    s.stop()
+    snap = [f for f in world_files(tmp_path, "dmg") if f.startswith("snap-")][0]
+    (tmp_path / "data" / "worlds" / "w-dmg" / snap).write_bytes(b"garbage")
+    s = durable(tmp_path)
+    stub = stubs(s.address)
+    assert "snapshot" in s.app.recovered.failed["dmg"]
+    code, msg = code_of(lambda: create(stub, "dmg"))
+    assert code == grpc.StatusCode.ALREADY_EXISTS and "could not be recovered" in msg
+    assert snap in world_files(tmp_path, "dmg") and len(world_files(tmp_path, "dmg")) == 2     # left as found
+    s.stop()
