@@ -113,7 +113,8 @@ class WorldLog:
         self.sync_always = storage.fsync == "always"
         self.written = 0              # bytes appended since open (only grows): positions for wait_synced
         self.synced = 0               # of those, on disk
-        self.sync_error: str | None = None
+        self.sync_error: str | None = None     # of the last fsync attempt
+        self.sync_attempts = 0
         self.broken = False           # a failed write could not be cut back: cut it before the next append
         self.closed = False
         self.snapshotting = False     # a snapshot of this world is being written
@@ -304,13 +305,14 @@ class Syncer:
 
     def wait(self, wlog: WorldLog, position: int) -> None:
         with self.cond:
+            start, error = wlog.sync_attempts, None
             if wlog.synced < position:
                 self.cond.notify_all()               # a frame waits: sync now
                 while wlog.synced < position and not wlog.closed and not self.stopping:
-                    if wlog.sync_error:
+                    if wlog.sync_error and wlog.sync_attempts > start:    # an attempt for this frame failed
+                        error = wlog.sync_error
                         break
                     self.cond.wait(1.0)
-            error = wlog.sync_error
         if error and wlog.synced < position:
             raise Unavailable(f"world {wlog.name!r}: the frame was applied but its log record could not be made "
                               f"durable ({error}); send it again with its writer and seq for its answer")
@@ -329,15 +331,19 @@ class Syncer:
                 if self.stopping:
                     return
                 work = [(w, w.written) for w in self._dirty()]
+            failed = False
             for w, upto in work:
-                self._sync(w, upto)
+                failed |= not self._sync(w, upto)
             with self.cond:
                 self.cond.notify_all()
+                if failed:                          # an I/O error: retry, not in a tight loop
+                    self.cond.wait_for(lambda: self.stopping, 0.2)
 
-    def _sync(self, w: WorldLog, upto: int) -> None:
+    def _sync(self, w: WorldLog, upto: int) -> bool:
+        """Fsync ``w`` (its cut logs first); False on an I/O error."""
         with w.lock:
             if w.closed:
-                return
+                return True
             retired, w.retired = w.retired, []
             fd, dir_dirty = w.fd, w.dir_dirty
             w.dir_dirty = False
@@ -350,15 +356,18 @@ class Syncer:
             self.io.fsync(fd)
         except OSError as exc:
             if w.closed:
-                return
+                return True
             log.error("world %r: fsync of its log failed: %s", w.name, _reason(exc))
             with w.lock:
                 w.retired[:0] = [r for r in retired if _fd_open(r)]
                 w.dir_dirty = w.dir_dirty or dir_dirty
             w.sync_error = _reason(exc)
-            return
+            w.sync_attempts += 1
+            return False
         w.sync_error = None
         w.synced = max(w.synced, upto)
+        w.sync_attempts += 1
+        return True
 
     def flush_all(self) -> None:
         """Fsync every log now (a graceful stop)."""

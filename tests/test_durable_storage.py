@@ -192,6 +192,12 @@ class FailingOps(storage_mod.FileOps):
     def __init__(self):
         self.full = False
         self.fail_truncate = False
+        self.fail_fsync = False
+
+    def fsync(self, fd):
+        if self.fail_fsync:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return os.fsync(fd)
 
     def pwritev(self, fd, bufs, offset):
         if self.full:
@@ -432,4 +438,27 @@ def test_the_name_of_a_world_that_could_not_be_recovered_is_not_reused_over_its_
     code, msg = code_of(lambda: create(stub, "dmg"))
     assert code == grpc.StatusCode.ALREADY_EXISTS and "could not be recovered" in msg
     assert snap in world_files(tmp_path, "dmg") and len(world_files(tmp_path, "dmg")) == 2     # left as found
+    s.stop()
+
+
+def test_fsync_always_answers_after_the_fsync_and_a_failed_fsync_is_unavailable(tmp_path, stubs):
+    s = durable(tmp_path, fsync="always")
+    ops = FailingOps()
+    stub = stubs(s.address)
+    create(stub, "fs", side=80.0)
+    wlog = s.app.registry.get("fs").log
+    s.app.storage.syncer.io = ops
+    sc = Scene(12)
+    d = apply(stub, "fs", 1, "m1", **sc.first())
+    assert wlog.synced >= wlog.written and d.frame == 1          # answered once on disk
+    ops.fail_fsync = True
+    code, msg = code_of(lambda: apply(stub, "fs", 2, "m1", **sc.move()))
+    assert code == grpc.StatusCode.UNAVAILABLE and "durable" in msg and "Input/output error" in msg
+    ops.fail_fsync = False
+    # the frame was applied; the client sends it again (same writer and seq) and gets its answer once durable
+    again = apply(stub, "fs", 2, "m1")
+    assert again.frame == 2 and wlog.synced >= wlog.written
+    s.stop()
+    s = durable(tmp_path, fsync="always")
+    check_world(stubs(s.address), "fs", sc, 2, {"m1": 2})
     s.stop()
