@@ -53,6 +53,26 @@ def _cmd_worlds(args) -> int:
             elif args.action == "delete":
                 c.delete_world(args.name)
                 print(f"deleted {args.name}")
+            elif args.action == "snapshot":
+                if not args.name or not args.file:
+                    print("sapgrid worlds snapshot NAME FILE: both are needed", file=sys.stderr)
+                    return 2
+                data = c.snapshot(args.name)
+                _write_atomically(args.file, data)
+                print(f"snapshot of {args.name}: {len(data)} bytes in {args.file}")
+            elif args.action == "restore":
+                path = args.name              # sapgrid worlds restore FILE [--name NEW]
+                if not path or args.file:
+                    print("sapgrid worlds restore FILE [--name NEW]", file=sys.stderr)
+                    return 2
+                try:
+                    with open(path, "rb") as f:
+                        data = f.read()
+                except OSError as exc:
+                    print(f"sapgrid worlds restore: {exc}", file=sys.stderr)
+                    return 2
+                w = c.restore(data, args.new_name)
+                print(f"restored {w.name}: {w.objects} objects, {w.pairs} pairs, frame {w.frames}")
             else:
                 worlds = [c.get_world(args.name)] if args.name else c.list_worlds()
                 print(f"{'world':<20} {'dims':>4} {'cells':>12} {'objects':>10} {'pairs':>10} {'frames':>8} "
@@ -65,6 +85,24 @@ def _cmd_worlds(args) -> int:
             print(f"sapgrid worlds: {exc}", file=sys.stderr)
             return 1
     return 0
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """Write a file whole or not at all (a temporary file beside it, renamed over it)."""
+    import os
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".sapgrid-snapshot-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def _cmd_demo(args) -> int:
@@ -121,9 +159,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_arguments(p)
     p.set_defaults(func=_cmd_demo)
 
-    p = sub.add_parser("worlds", help="list, show, create or delete worlds")
-    p.add_argument("action", nargs="?", choices=("list", "create", "delete"), default="list")
-    p.add_argument("name", nargs="?", default=None, help="world name (create/delete; list: show one)")
+    p = sub.add_parser("worlds", help="list, show, create, delete, snapshot or restore worlds",
+                       epilog="sapgrid worlds snapshot NAME FILE: save a world's snapshot; "
+                              "sapgrid worlds restore FILE [--name NEW]: create a world from one")
+    p.add_argument("action", nargs="?", choices=("list", "create", "delete", "snapshot", "restore"), default="list")
+    p.add_argument("name", nargs="?", default=None,
+                   help="world name (create/delete/snapshot; list: show one); restore: the snapshot FILE")
+    p.add_argument("file", nargs="?", default=None, help="snapshot: the file written")
+    p.add_argument("--name", dest="new_name", default=None, help="restore: the restored world's name "
+                   "(default: the snapshot's)")
     p.add_argument("--dims", type=int, default=2, help="create: 2 or 3 (default 2)")
     p.add_argument("--bounds", default=None, help="create: mins then maxs, e.g. 0,0,1000,1000 (default 0..1000)")
     p.add_argument("--cells", default=None, help="create: cells per axis, e.g. 16,16 (default: server picks)")
