@@ -18,7 +18,7 @@ from sapgrid.v1 import sapgrid_service_pb2 as pb
 from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
 
 from . import cluster, protocol, snapshot
-from .errors import Cancelled, InvalidInput, WorldGone, WorldNotFound, abort, frame_error, short
+from .errors import Cancelled, Exhausted, InvalidInput, WorldGone, WorldNotFound, abort, frame_error, short
 from .metrics import Metrics
 from .registry import Caller, Registry
 from .writers import check_writer
@@ -251,6 +251,10 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
                     _, limit = snapshot.header(b"".join(parts))
                 except snapshot.SnapshotError as exc:
                     raise InvalidInput(str(exc), "chunk") from None
+                budget = self.registry.budget.world_bytes
+                if budget and limit > budget:        # refused before it is read: a world of it would not fit
+                    raise Exhausted(f"snapshot: {limit} bytes, more than the per-world memory budget of "
+                                    f"{budget >> 20} MiB (--max-world-bytes)", "chunk")
             if limit is not None and size > limit:
                 raise InvalidInput(f"snapshot: more than the {limit} bytes its header says", "chunk")
         if name is None:

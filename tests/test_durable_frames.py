@@ -304,3 +304,18 @@ def test_world_export_is_every_live_object_as_ids_boxes_and_filters_say():
         assert np.array_equal(got[order], exp)
     bx[:] = 0                                               # copies: the world is untouched
     assert np.array_equal(w.boxes(want), boxes[(want // 7).astype(np.int64)])
+
+
+def test_a_snapshot_larger_than_the_world_budget_is_refused_before_it_is_read(make_server, world_name):
+    s = make_server(max_world_bytes=2 << 20, default_world="")
+    with grpc.insecure_channel(s.address) as ch:
+        stub = pb_grpc.SapgridServiceStub(ch)
+        create(stub, world_name)
+        state = snapshot.decode(take(stub, world_name)[0])
+        n = 80_000                                   # ~2.6 MB of objects
+        state.ids = np.arange(n, dtype=np.uint64)
+        state.boxes = np.tile(np.array([[0, 0, 1, 1]], np.float32), (n, 1))
+        state.category = state.mask = np.full(n, 1, np.uint32)
+        state.static = np.zeros(n, bool)
+        code, msg = code_of(lambda: restore(stub, snapshot.encode(state), world_name + "-big", chunk=1 << 16))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "budget" in msg

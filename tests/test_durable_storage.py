@@ -462,3 +462,16 @@ def test_fsync_always_answers_after_the_fsync_and_a_failed_fsync_is_unavailable(
     s = durable(tmp_path, fsync="always")
     check_world(stubs(s.address), "fs", sc, 2, {"m1": 2})
     s.stop()
+
+
+@pytest.mark.parametrize("flags, words", [
+    (("--fsync", "sometimes"), ("--fsync", "always, everysec or no")),
+    (("--snapshot-bytes", "10"), ("--snapshot-bytes", ">= 4096")),
+    (("--data-dir", "/proc/version"), ("--data-dir", "/proc/version")),
+])
+def test_bad_durability_flags_are_one_line_and_exit_2(flags, words):
+    proc = subprocess.run([sys.executable, "-m", "sapgrid.server", "--listen", "127.0.0.1:0", "--metrics-port", "-1",
+                           *flags], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and all(w in proc.stderr for w in words), proc.stderr
+    assert "listening" not in proc.stdout
