@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import grpc
 import numpy as np
@@ -475,3 +476,46 @@ def test_bad_durability_flags_are_one_line_and_exit_2(flags, words):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and all(w in proc.stderr for w in words), proc.stderr
     assert "listening" not in proc.stdout
+
+
+class SlowFsync(storage_mod.FileOps):
+    """Counts fsyncs; each takes 30 ms (a slow disk), so frames pile up behind one."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def fsync(self, fd):
+        self.calls += 1
+        time.sleep(0.03)
+        return os.fsync(fd)
+
+
+def test_fsync_always_groups_the_frames_waiting_for_one_fsync(tmp_path, stubs):
+    s = durable(tmp_path, fsync="always")
+    stub = stubs(s.address)
+    create(stub, "grp", side=80.0)
+    ops = SlowFsync()
+    s.app.storage.syncer.io = ops
+    apply(stub, "grp", 1, add_ids=np.arange(64), add_boxes=random_boxes(np.random.default_rng(1), 64, side=80.0))
+    ops.calls = 0
+    errors = []
+
+    def send(k):
+        rng = np.random.default_rng(k)
+        try:
+            for i in range(5):
+                ids = np.array([k * 8 + i], np.uint64)
+                apply(stub, "grp", i + 1, f"w{k}", update_ids=ids, update_boxes=random_boxes(rng, 1, side=80.0))
+        except Exception as exc:                      # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=send, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    st = info(stub, "grp").stats
+    assert st.frames == 41 and dict(st.writers) == {f"w{k}": 5 for k in range(8)}
+    assert 1 <= ops.calls <= 20, ops.calls            # 40 answers, far fewer fsyncs
+    s.stop()
