@@ -166,7 +166,7 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     if cfg.data_dir:
         from .storage import Storage
         try:
-            storage = Storage(cfg.data_dir, cfg.fsync, cfg.snapshot_bytes)
+            storage = Storage(cfg.data_dir, cfg.fsync, cfg.snapshot_bytes, metrics=metrics)
         except (OSError, ValueError) as exc:
             server.stop(0)
             pool.shutdown(wait=False)

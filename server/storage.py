@@ -128,9 +128,14 @@ class WorldLog:
         Unavailable (the file cut back, nothing changed) if it cannot be written."""
         if self.closed:
             raise Unavailable(f"world {self.name!r} was deleted")
-        if self.broken:
-            self._cut_back(self.size)
-        return self._write(RECORD_MAGIC, raw, frame, seq, writer)
+        try:
+            if self.broken:
+                self._cut_back(self.size)
+            return self._write(RECORD_MAGIC, raw, frame, seq, writer)
+        except Unavailable:
+            if self.storage.metrics is not None:
+                self.storage.metrics.log_write_failures.inc()
+            raise
 
     def append_answer(self, answer: bytes, frame: int, seq: int, writer: str) -> None:
         """After a writer's frame: its answer (the serialized Delta), so that a duplicate sent after a
@@ -284,8 +289,8 @@ def _write_durably(io: FileOps, directory: str, name: str, data: bytes) -> None:
 class Syncer:
     """The one thread that fsyncs the logs: group commit under ``always``, once a second under ``everysec``."""
 
-    def __init__(self, mode: str, io: FileOps):
-        self.mode, self.io = mode, io
+    def __init__(self, mode: str, io: FileOps, metrics=None):
+        self.mode, self.io, self.metrics = mode, io, metrics
         self.logs: set[WorldLog] = set()
         self.cond = threading.Condition()
         self.stopping = False
@@ -353,11 +358,16 @@ class Syncer:
                 self.io.close(old)
             if dir_dirty:
                 _fsync_dir(w.path)
+            t0 = time.perf_counter()
             self.io.fsync(fd)
+            if self.metrics is not None:
+                self.metrics.fsync_seconds.observe(time.perf_counter() - t0)
         except OSError as exc:
             if w.closed:
                 return True
             log.error("world %r: fsync of its log failed: %s", w.name, _reason(exc))
+            if self.metrics is not None:
+                self.metrics.fsync_failures.inc()
             with w.lock:
                 w.retired[:0] = [r for r in retired if _fd_open(r)]
                 w.dir_dirty = w.dir_dirty or dir_dirty
@@ -404,13 +414,14 @@ class Storage:
     """A server's data directory."""
 
     def __init__(self, root: str, fsync: str = "everysec", snapshot_bytes: int = 64 << 20,
-                 io: FileOps | None = None):
+                 io: FileOps | None = None, metrics=None):
         if fsync not in FSYNC_MODES:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_MODES)}, got {fsync!r}")
         self.root = os.path.abspath(root)
         self.worlds_dir = os.path.join(self.root, "worlds")
         self.fsync, self.snapshot_bytes = fsync, int(snapshot_bytes)
         self.io = io or FileOps()
+        self.metrics = metrics                # server.metrics.Metrics, or None
         os.makedirs(self.worlds_dir, exist_ok=True)
         self._lock_fd = os.open(os.path.join(self.root, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -418,7 +429,7 @@ class Storage:
         except OSError:
             os.close(self._lock_fd)
             raise ValueError(f"{self.root} is in use by another sapgrid server") from None
-        self.syncer = Syncer(fsync, self.io)
+        self.syncer = Syncer(fsync, self.io, metrics)
         self._jobs: list = []
         self._jobs_cond = threading.Condition()
         self._stopping = False
@@ -486,14 +497,20 @@ class Storage:
                     wlog.write_snapshot(state)
                     log.debug("world %r: snapshot at frame %d written in %.3f s", wlog.name, state.frames,
                               time.perf_counter() - t0)
+                    self._snapshot_outcome("ok")
             except OSError as exc:
                 if not wlog.closed:
+                    self._snapshot_outcome("failed")
                     log.error("world %r: snapshot at frame %d cannot be written (%s); its log goes on growing until "
                               "one can", wlog.name, state.frames, _reason(exc))
             except Exception:
                 log.exception("world %r: snapshot failed", wlog.name)
             finally:
                 wlog.snapshotting = False
+
+    def _snapshot_outcome(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.snapshots.labels(outcome).inc()
 
     def wait_snapshots(self, timeout: float = 30.0) -> bool:
         """Wait until no snapshot is queued or being written (tests, shutdown)."""
@@ -551,6 +568,8 @@ class Storage:
             done.append(name)
             log.info("world %r recovered: %d objects, %d frames, %d pairs in %.3f s", name, runner.objects,
                      runner.frames, runner.pairs, time.perf_counter() - t0)
+        if self.metrics is not None:
+            self.metrics.worlds_unrecovered.set(len(failed))
         return Recovered(done, failed)
 
     def _recover_world(self, registry, name: str, path: str):

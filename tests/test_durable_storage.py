@@ -23,7 +23,7 @@ from conftest import ServerThread
 from sapgrid.server.app import build_server
 from sapgrid.server.config import from_args
 from naive import brute_force_pairs, pairs_to_array
-from service_helpers import random_boxes
+from service_helpers import metric_value, random_boxes, scrape
 from test_durable_frames import all_pairs, apply, code_of, create, frame, info
 
 
@@ -122,6 +122,7 @@ def test_snapshots_cut_the_log_and_recovery_reads_the_newest(tmp_path, stubs):
     snaps = [f for f in files if f.startswith("snap-")]
     logs = [f for f in files if f.startswith("log-")]
     assert len(snaps) == 1 and 1 <= len(logs) <= 2 and int(snaps[0][5:25]) > 1      # cut, old files gone
+    assert metric_value(scrape(s.metrics_url), "sapgrid_snapshots_total", outcome="ok") >= 2
     assert os.path.getsize(tmp_path / "data" / "worlds" / "w-cut" / logs[-1]) < 8192 * 3
     s.stop()
     s = durable(tmp_path, snapshot_bytes=8192)
@@ -178,6 +179,7 @@ def test_a_damaged_record_stops_that_worlds_recovery_and_the_others_are_served(t
     s = durable(tmp_path)
     stub = stubs(s.address)
     assert s.app.recovered.worlds == ["good"]
+    assert metric_value(scrape(s.metrics_url), "sapgrid_worlds_unrecovered") == 1
     msg = s.app.recovered.failed["bad"]
     assert str(path) in msg and "offset" in msg and "damaged" in msg
     code, _ = code_of(lambda: info(stub, "bad"))
@@ -239,6 +241,8 @@ def test_a_frame_whose_record_cannot_be_written_is_unavailable_and_changes_nothi
     assert (after.frames, after.objects, after.pairs_digest, dict(after.writers)) == \
            (before.frames, before.objects, before.pairs_digest, {"m1": 2})
     assert np.array_equal(all_pairs(stub, "full"), pairs)             # reads are served
+    assert metric_value(scrape(s.metrics_url), "sapgrid_log_write_failures_total") == 2
+    assert metric_value(scrape(s.metrics_url), "sapgrid_frames_total", world="full", outcome="unavailable") == 2
     ops.full = ops.fail_truncate = False                                # the disk has room again
     d = apply(stub, "full", 3, "m1", **move)
     assert d.frame == 3
@@ -455,6 +459,7 @@ def test_fsync_always_answers_after_the_fsync_and_a_failed_fsync_is_unavailable(
     ops.fail_fsync = True
     code, msg = code_of(lambda: apply(stub, "fs", 2, "m1", **sc.move()))
     assert code == grpc.StatusCode.UNAVAILABLE and "durable" in msg and "Input/output error" in msg
+    assert metric_value(scrape(s.metrics_url), "sapgrid_fsync_failures_total") >= 1
     ops.fail_fsync = False
     # the frame was applied; the client sends it again (same writer and seq) and gets its answer once durable
     again = apply(stub, "fs", 2, "m1")

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -61,6 +62,38 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(30)
     if proc.stdout:
         proc.stdout.close()
+
+
+def _dir_bytes(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                pass
+    return total
+
+
+class DiskWatch:
+    """The largest size of a directory tree, sampled every 20 ms while in use (``with``)."""
+
+    def __init__(self, path: str):
+        self.path, self.max_bytes = path, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.wait(0.02):
+            self.max_bytes = max(self.max_bytes, _dir_bytes(self.path))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(5)
 
 
 def _fps(client: Client, tr: dict, init, frames, window: int) -> float:
@@ -210,9 +243,13 @@ def run(args) -> int:
                   flush=True)
             tr = bs._trace(n2, args.fps_ticks, seed)
             init, frames = bs._frames(tr, f"bench-fps-{n2}")
+            disk = 0
             for _ in range(rounds):
                 for m in ("memory", "everysec"):
-                    results[m]["fps"].append(_fps(clients[m], tr, init, frames, args.window))
+                    with DiskWatch(os.path.join(tmp, m)) as watch:
+                        results[m]["fps"].append(_fps(clients[m], tr, init, frames, args.window))
+                    if m == "everysec":
+                        disk = max(disk, watch.max_bytes)
             for c in clients.values():
                 c.close()
         finally:
@@ -244,6 +281,8 @@ def run(args) -> int:
     print(f"| crowd2d-{n2} frames/s, one stream: memory / everysec | {med['memory']['fps']:.1f} / "
           f"{med['everysec']['fps']:.1f} | | |")
     print(f"| frames/s everysec / memory | {fps_ratio:.2f}x | >= 0.9x | {ok(checks['fps_ratio'])} |")
+    print(f"| the everysec world's files on disk while streaming, at most | {disk / 2**20:.0f} MiB "
+          f"(--snapshot-bytes {snap_bytes / 2**20:.0f} MiB) | | |")
     print(f"| snapshot of {n2} objects: world held (median / max of 3) | {snap['snapshot_world_ms']:.1f} / "
           f"{snap['snapshot_world_ms_max']:.1f} ms | < 50 ms | {ok(checks['snapshot'])} |")
     print(f"| snapshot encoding, outside the world's turn | {snap['encode_ms']:.1f} ms "
@@ -256,5 +295,6 @@ def run(args) -> int:
           f"{rec['empty_start_s']:.2f} s | | |")
     if getattr(args, "json", False):
         print(json.dumps(dict(bench="sapgrid-durable", medians=med, rtt_ratio=rtt_ratio, always_ratio=always_ratio,
-                              fps_ratio=fps_ratio, snapshot=snap, recovery=rec, checks=checks, runs=results)))
+                              fps_ratio=fps_ratio, disk_max_bytes=disk, snapshot=snap, recovery=rec, checks=checks,
+                              runs=results)))
     return 0
