@@ -203,10 +203,14 @@ class WorldLog:
             log.warning("world %r: cannot start a new log (%s); the current one goes on", self.name, _reason(exc))
             return
         with self.lock:
-            self.retired.append(self.fd)
+            old = self.fd
             self.fd, self.base, self.size = fd, base, 0
-            self.dir_dirty = True
             self.snapshotting = True
+            if self.storage.fsync != "no":        # the syncer fsyncs and closes it, and the directory
+                self.retired.append(old)
+                self.dir_dirty = True
+        if self.storage.fsync == "no":
+            self.io.close(old)
         self.storage.enqueue_snapshot(self, state)
 
     def sync_point(self):

@@ -107,8 +107,20 @@ def test_worlds_come_back_after_a_restart_with_their_pairs_frames_writers_and_di
     s.stop()
 
 
-def test_snapshots_cut_the_log_and_recovery_reads_the_newest(tmp_path, stubs):
-    s = durable(tmp_path, snapshot_bytes=8192)
+def _open_logs() -> int:
+    """Descriptors of this process open on log files."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").endswith(".wal")
+        except OSError:
+            pass
+    return n
+
+
+@pytest.mark.parametrize("fsync", ["everysec", "no"])
+def test_snapshots_cut_the_log_and_recovery_reads_the_newest(tmp_path, stubs, fsync):
+    s = durable(tmp_path, snapshot_bytes=8192, fsync=fsync)
     stub = stubs(s.address)
     create(stub, "cut", side=80.0)
     sc = Scene(7)
@@ -124,7 +136,12 @@ def test_snapshots_cut_the_log_and_recovery_reads_the_newest(tmp_path, stubs):
     assert len(snaps) == 1 and 1 <= len(logs) <= 2 and int(snaps[0][5:25]) > 1      # cut, old files gone
     assert metric_value(scrape(s.metrics_url), "sapgrid_snapshots_total", outcome="ok") >= 2
     assert os.path.getsize(tmp_path / "data" / "worlds" / "w-cut" / logs[-1]) < 8192 * 3
+    deadline = time.monotonic() + 10                 # a cut log's descriptor is closed (by the syncer within ~1 s)
+    while _open_logs() > 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _open_logs() == 1
     s.stop()
+    assert _open_logs() == 0
     s = durable(tmp_path, snapshot_bytes=8192)
     check_world(stubs(s.address), "cut", sc, 59, {"m1": 59})
     s.stop()
