@@ -319,3 +319,39 @@ def test_a_snapshot_larger_than_the_world_budget_is_refused_before_it_is_read(ma
         state.static = np.zeros(n, bool)
         code, msg = code_of(lambda: restore(stub, snapshot.encode(state), world_name + "-big", chunk=1 << 16))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "budget" in msg
+
+
+def test_a_snapshot_taken_while_frames_stream_is_between_two_of_them(stub, world_name):
+    """Frames stream from another thread while the snapshot is taken; the snapshot is exactly the world
+    after its frame N: the copy, given the frames after N, ends equal to the original."""
+    create(stub, world_name, side=60.0)
+    rng = np.random.default_rng(21)
+    n = 300
+    boxes = random_boxes(rng, n, side=60.0)
+    apply(stub, world_name, 1, "w", add_ids=np.arange(n), add_boxes=boxes)
+    moves = []
+    for _ in range(60):
+        moved = rng.choice(n, 40, replace=False)
+        moves.append(dict(update_ids=moved, update_boxes=random_boxes(rng, 40, side=60.0)))
+    started = threading.Event()
+
+    def stream():
+        reqs = (pb.StreamFramesRequest(frame=frame(world_name, k + 2, "w", **m).frame) for k, m in enumerate(moves))
+        for i, r in enumerate(stub.StreamFrames(reqs, timeout=120)):
+            assert not r.HasField("error")
+            if i == 5:
+                started.set()
+
+    t = threading.Thread(target=stream)
+    t.start()
+    assert started.wait(120)
+    data, at = take(stub, world_name)
+    t.join(120)
+    copy = world_name + "-c"
+    w = restore(stub, data, copy)
+    assert w.stats.frames == at and w.stats.writers == {"w": at}
+    for seq in range(at + 1, len(moves) + 2):
+        apply(stub, copy, seq, "w", **moves[seq - 2])
+    a, b = info(stub, world_name).stats, info(stub, copy).stats
+    assert (a.frames, a.pairs_digest, dict(a.writers)) == (b.frames, b.pairs_digest, dict(b.writers))
+    assert np.array_equal(all_pairs(stub, world_name), all_pairs(stub, copy))
