@@ -74,7 +74,8 @@ class FileOps:
 
     open = staticmethod(os.open)
     pwritev = staticmethod(os.pwritev)
-    fsync = staticmethod(os.fsync)
+    fsync = staticmethod(os.fsync)             # snapshots and new files
+    datasync = staticmethod(os.fdatasync)      # the logs: their data and size, not their times
     ftruncate = staticmethod(os.ftruncate)
     close = staticmethod(os.close)
 
@@ -358,12 +359,12 @@ class Syncer:
             w.dir_dirty = False
         try:
             for old in retired:                     # a cut log's last records first
-                self.io.fsync(old)
+                self.io.datasync(old)
                 self.io.close(old)
             if dir_dirty:
                 _fsync_dir(w.path)
             t0 = time.perf_counter()
-            self.io.fsync(fd)
+            self.io.datasync(fd)
             if self.metrics is not None:
                 self.metrics.fsync_seconds.observe(time.perf_counter() - t0)
         except OSError as exc:

@@ -214,10 +214,10 @@ class FailingOps(storage_mod.FileOps):
         self.fail_truncate = False
         self.fail_fsync = False
 
-    def fsync(self, fd):
+    def datasync(self, fd):
         if self.fail_fsync:
             raise OSError(errno.EIO, os.strerror(errno.EIO))
-        return os.fsync(fd)
+        return os.fdatasync(fd)
 
     def pwritev(self, fd, bufs, offset):
         if self.full:
@@ -506,10 +506,10 @@ class SlowFsync(storage_mod.FileOps):
     def __init__(self):
         self.calls = 0
 
-    def fsync(self, fd):
+    def datasync(self, fd):
         self.calls += 1
         time.sleep(0.03)
-        return os.fsync(fd)
+        return os.fdatasync(fd)
 
 
 def test_fsync_always_groups_the_frames_waiting_for_one_fsync(tmp_path, stubs):
