@@ -119,6 +119,7 @@ class WorldLog:
         self.broken = False           # a failed write could not be cut back: cut it before the next append
         self.closed = False
         self.snapshotting = False     # a snapshot of this world is being written
+        self.cut_at = storage.snapshot_bytes    # the log size at which it is cut next
         self.retired: list[int] = []  # fds of cut logs, fsynced and closed by the syncer
         self.dir_dirty = False        # a file was created in the world's directory
         self.lock = threading.Lock()  # fd/retired/closed against the syncer and deletion
@@ -193,7 +194,7 @@ class WorldLog:
 
     def applied(self, runner) -> None:
         """After a frame: past ``--snapshot-bytes``, cut the log and snapshot the world (written outside)."""
-        if self.size < self.storage.snapshot_bytes or self.snapshotting:
+        if self.size < self.cut_at or self.snapshotting:
             return
         try:
             state = runner.state()
@@ -201,8 +202,10 @@ class WorldLog:
             fd = self.io.open(os.path.join(self.path, _log_name(base)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
                               0o644)
         except OSError as exc:
+            self.cut_at = self.size + max(self.storage.snapshot_bytes // 4, 1)     # try again a little later
             log.warning("world %r: cannot start a new log (%s); the current one goes on", self.name, _reason(exc))
             return
+        self.cut_at = self.storage.snapshot_bytes
         with self.lock:
             old = self.fd
             self.fd, self.base, self.size = fd, base, 0
