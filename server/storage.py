@@ -361,9 +361,9 @@ class Syncer:
             fd, dir_dirty = w.fd, w.dir_dirty
             w.dir_dirty = False
         try:
-            for old in retired:                     # a cut log's last records first
-                self.io.datasync(old)
-                self.io.close(old)
+            while retired:                          # a cut log's last records first
+                self.io.datasync(retired[0])
+                self.io.close(retired.pop(0))       # taken off the list first: never closed twice
             if dir_dirty:
                 _fsync_dir(w.path)
             t0 = time.perf_counter()
@@ -377,7 +377,7 @@ class Syncer:
             if self.metrics is not None:
                 self.metrics.fsync_failures.inc()
             with w.lock:
-                w.retired[:0] = [r for r in retired if _fd_open(r)]
+                w.retired[:0] = retired             # the ones not synced yet: next time
                 w.dir_dirty = w.dir_dirty or dir_dirty
             w.sync_error = _reason(exc)
             w.sync_attempts += 1
@@ -400,14 +400,6 @@ class Syncer:
             self.cond.notify_all()
         if self.thread is not None:
             self.thread.join(5.0)
-
-
-def _fd_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-        return True
-    except OSError:
-        return False
 
 
 @dataclass
