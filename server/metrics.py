@@ -86,6 +86,10 @@ class Metrics:
         self._children: dict[str, tuple] = {}
         self._depth: dict = {}
         self._http = None
+        self.client_refusals = Counter("sapgrid_client_refusals_total", "Calls refused or ended per client (token "
+                                       "name, or peer): unauthenticated, permission_denied, the quota (calls, "
+                                       "worlds, objects), or a stream ended idle/stalled",
+                                       ["client", "reason"], registry=reg)
 
     # ---- updates ----------------------------------------------------------------------------
     def world_created(self, world: str, count: int) -> None:
@@ -160,9 +164,14 @@ class Metrics:
         self.cell_objects_p99.labels(world).set(float(np.percentile(occupied, 99)) if len(occupied) else 0.0)
 
     # ---- HTTP endpoint ----------------------------------------------------------------------
-    def serve_http(self, host: str, port: int) -> int:
-        """Start /metrics on host:port (0: free port) in a daemon thread; return the bound port."""
-        server, thread = start_http_server(port, addr=host, registry=self.registry)
+    def client_refused(self, client: str, reason: str) -> None:
+        self.client_refusals.labels(client[:128], reason).inc()
+
+    def serve_http(self, host: str, port: int, certfile: str = "", keyfile: str = "") -> int:
+        """Start /metrics on host:port (0: free port) in a daemon thread, over HTTPS with a certificate;
+        return the bound port."""
+        tls = dict(certfile=certfile, keyfile=keyfile) if certfile else {}
+        server, thread = start_http_server(port, addr=host, registry=self.registry, **tls)
         self._http = (server, thread)
         return server.server_port
 

@@ -17,7 +17,7 @@ from sapgrid.v1 import echo_service_pb2_grpc as echo_grpc
 from sapgrid.v1 import sapgrid_service_pb2 as pb
 from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
 
-from . import cluster, protocol, snapshot
+from . import auth, cluster, protocol, snapshot
 from .errors import Cancelled, Exhausted, InvalidInput, WorldGone, WorldNotFound, abort, frame_error, short
 from .metrics import Metrics
 from .registry import Caller, Registry
@@ -50,17 +50,23 @@ def _streaming(method):
 
 def _parsed(method, request_class, streaming: bool, client_streaming: bool = False):
     """A method whose request arrives as bytes and is parsed here: bytes that are not a valid message are
-    INVALID_ARGUMENT (a deserializer registered with gRPC would make them INTERNAL, with a traceback)."""
+    INVALID_ARGUMENT (a deserializer registered with gRPC would make them INTERNAL, with a traceback).
+    A client-streaming method gets an iterator of parsed messages; a bad one raises InvalidInput from it
+    (the method's ``_unary`` / ``_streaming`` wrapper ends the call with its status)."""
     def parse(raw: bytes):
         try:
             return request_class.FromString(raw)
         except DecodeError as exc:
             raise InvalidInput(f"request: not a valid {request_class.DESCRIPTOR.name} ({exc})", "request") from None
 
-    if client_streaming:                  # each message is parsed as it is read (errors end the call)
+    if client_streaming:
+        def messages(raw_iterator):
+            for raw in raw_iterator:
+                yield parse(raw)
+
         @functools.wraps(method)
-        def call(raws, context):
-            return method((parse(raw) for raw in raws), context)
+        def call(raw_iterator, context):
+            return method(messages(raw_iterator), context)
         return call
     if streaming:
         @functools.wraps(method)
@@ -107,10 +113,11 @@ def add_to_server(servicer: "SapgridServicer", server) -> None:
 class SapgridServicer(pb_grpc.SapgridServiceServicer):
     """Each call runs in its own server thread and does its engine work itself (see registry.py)."""
 
-    def __init__(self, registry: Registry, metrics: Metrics, ownership=None):
+    def __init__(self, registry: Registry, metrics: Metrics, ownership=None, quotas=None):
         self.registry = registry
         self.metrics = metrics
         self.ownership = ownership  # cluster.Ownership of a replica in a cluster, else None
+        self.quotas = quotas        # quota.ClientQuotas (worlds per client), or None
 
     # ---- worlds -----------------------------------------------------------------------------
     @_unary
@@ -118,17 +125,29 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         if self.ownership is not None:
             self.ownership.check(request.name)
         config = protocol.world_config(request.config, self.registry.engine_threads)
-        runner = self.registry.create(request.name, config, request.config.expected_objects, request.if_not_exists)
+        reserved = self.quotas is not None and request.name not in self.registry.worlds
+        if reserved:
+            self.quotas.world_reserve(auth.client_name(context), request.name)
+        try:
+            runner = self.registry.create(request.name, config, request.config.expected_objects,
+                                          request.if_not_exists)
+        except BaseException:
+            if reserved and request.name not in self.registry.worlds:
+                self.quotas.world_released(request.name)
+            raise
         return pb.CreateWorldResponse(world=protocol.world_info(runner))
 
     @_unary
     def DeleteWorld(self, request, context):
         self.registry.delete(request.name)
+        if self.quotas is not None:
+            self.quotas.world_released(request.name)
         return pb.DeleteWorldResponse()
 
     @_unary
     def ListWorlds(self, request, context):
-        return pb.ListWorldsResponse(worlds=[protocol.world_info(r) for r in self.registry.list()],
+        return pb.ListWorldsResponse(worlds=[protocol.world_info(r) for r in self.registry.list()
+                                             if auth.may(context, auth.READER, r.name)],   # only what it may read
                                      server_version=__version__)
 
     @_unary
@@ -141,6 +160,7 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
 
         generations: a stream's worlds by name -> the generation it first wrote to; a frame for a world
         deleted and created again since is NOT_FOUND, never written into the new world."""
+        auth.require(caller.context, auth.WRITER, frame.world, "frame")   # each frame's own world
         try:
             runner = self.registry.get(frame.world)
             if generations is not None and generations.setdefault(frame.world, runner.generation) != runner.generation:
@@ -259,15 +279,23 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
                 raise InvalidInput(f"snapshot: more than the {limit} bytes its header says", "chunk")
         if name is None:
             raise InvalidInput("no snapshot: the call sent no message", "chunk")
-        if self.ownership is not None:
-            self.ownership.check(name)
         try:
             state = snapshot.decode(b"".join(parts))
         except snapshot.SnapshotError as exc:
             raise InvalidInput(str(exc), "chunk") from None
-        if not name and self.ownership is not None:
-            self.ownership.check(state.name)
-        runner = self.registry.restore(name, state)
+        name = name or state.name
+        if self.ownership is not None:
+            self.ownership.check(name)
+        auth.require(context, auth.ADMIN, name, "RestoreWorld")    # the snapshot's own name too
+        reserved = self.quotas is not None and name not in self.registry.worlds
+        if reserved:
+            self.quotas.world_reserve(auth.client_name(context), name)
+        try:
+            runner = self.registry.restore(name, state)
+        except BaseException:
+            if reserved and name not in self.registry.worlds:
+                self.quotas.world_released(name)
+            raise
         return pb.RestoreWorldResponse(world=protocol.world_info(runner))
 
     @_unary
