@@ -355,3 +355,23 @@ def test_a_snapshot_taken_while_frames_stream_is_between_two_of_them(stub, world
     a, b = info(stub, world_name).stats, info(stub, copy).stats
     assert (a.frames, a.pairs_digest, dict(a.writers)) == (b.frames, b.pairs_digest, dict(b.writers))
     assert np.array_equal(all_pairs(stub, world_name), all_pairs(stub, copy))
+
+
+def test_restore_under_the_snapshots_own_name_needs_the_admin_role_on_that_name(make_server, tmp_path):
+    from sapgrid.client import Client
+    from sapgrid.client.errors import PermissionDenied
+
+    from security_helpers import auth_file
+
+    path = tmp_path / "auth.toml"
+    tokens = auth_file(path, {"ops": ("admin", "*"), "mover": ("admin", "match-*")})
+    s = make_server(auth_file=str(path), default_world="")
+    with Client(s.address, token=tokens["ops"]) as ops, Client(s.address, token=tokens["mover"]) as mover:
+        ops.create_world("lobby", dims=2, bounds=(0, 0, 10, 10), cells=(2, 2))
+        data = ops.snapshot("lobby")
+        ops.delete_world("lobby")
+        with pytest.raises(PermissionDenied):
+            mover.restore(data)                         # the snapshot's own name, "lobby": not the mover's
+        assert "lobby" not in [w.name for w in ops.list_worlds()]
+        assert mover.restore(data, name="match-7").name == "match-7"
+        assert ops.restore(data).name == "lobby"
