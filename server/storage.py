@@ -16,7 +16,11 @@ the body is the serialized Delta, so that a duplicate sent after a restart gets 
 The order of a frame (``WorldRunner._frame``, in the world's turn): checked (wire, writer's seq, budget),
 appended here, applied by the engine, answered. A refusal by the engine takes the record back out
 (``rollback``: the file is cut back to where it was); a record that cannot be written (disk full, I/O
-error) refuses the frame UNAVAILABLE with the file cut back and the world unchanged. ``--fsync``:
+error) refuses the frame UNAVAILABLE with the file cut back and the world unchanged. (The engine
+validates a frame inside ``World.step``, before it changes anything; a separate validation pass first
+would cost every frame a second pass over its ids and boxes, while refusals are rare: so the record is
+written first and cut back on a refusal. If the server dies between the two, the replay meets that
+record, the engine refuses it again, and nothing changes.) ``--fsync``:
 
 * ``always``: a frame is answered once its record is on disk. One syncer thread fsyncs every log with
   unsynced records and wakes the answers waiting for them (group commit: the frames of all worlds that
