@@ -541,3 +541,31 @@ def test_fsync_always_groups_the_frames_waiting_for_one_fsync(tmp_path, stubs):
     assert st.frames == 41 and dict(st.writers) == {f"w{k}": 5 for k in range(8)}
     assert 1 <= ops.calls <= 20, ops.calls            # 40 answers, far fewer fsyncs
     s.stop()
+
+
+def test_a_refused_frames_record_left_in_the_log_is_refused_again_by_the_replay(tmp_path, stubs, caplog):
+    """The engine refuses a frame and its record cannot be cut back (the server then stops): the replay
+    meets the record, the engine refuses it again, and the world is as it was."""
+    s = durable(tmp_path)
+    ops = FailingOps()
+    stub = stubs(s.address)
+    create(stub, "left", side=80.0)
+    s.app.registry.get("left").log.io = ops
+    sc = Scene(13, n=50)
+    apply(stub, "left", 1, "m1", **sc.first())
+    size = os.path.getsize(_last_log(tmp_path, "left"))
+    ops.fail_truncate = True
+    code, _ = code_of(lambda: apply(stub, "left", 2, "m1", add_ids=[0], add_boxes=[[0, 0, 1, 1]]))   # a live id
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert os.path.getsize(_last_log(tmp_path, "left")) > size          # its record is still there
+    s.stop()
+    with caplog.at_level("INFO", logger="sapgrid.server"):
+        s = durable(tmp_path)
+    assert any("refused when received" in r.getMessage() for r in caplog.records)
+    stub = stubs(s.address)
+    check_world(stub, "left", sc, 1, {"m1": 1})
+    apply(stub, "left", 2, "m1", **sc.move(5))
+    s.stop()
+    s = durable(tmp_path)
+    check_world(stubs(s.address), "left", sc, 2, {"m1": 2})
+    s.stop()
