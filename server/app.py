@@ -17,6 +17,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -68,6 +69,9 @@ class App:
     metrics: Metrics
     pool: ThreadPoolExecutor
     metrics_port: int = -1
+    storage: Any = None               # storage.Storage with --data-dir
+    default_world: Any = None         # its sapcore.WorldConfig, created at start when there is none
+    recovered: Any = None             # storage.Recovered: what recovery found at start
     authenticator: "auth.Authenticator | None" = None
     watchdog: "quota.Watchdog | None" = None
     health_pool: "quota.HealthPool | None" = None
@@ -86,11 +90,20 @@ class App:
         return (SAPGRID_SERVICE, ECHO_SERVICE) if self.cfg.echo else (SAPGRID_SERVICE,)
 
     def start(self) -> None:
+        """Start serving. With a data directory, health is NOT_SERVING (and world calls UNAVAILABLE) until
+        every world in it is recovered."""
+        for name in ("", *self.services):
+            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         self.server.start()
         if self.health_server is not None:
             self.health_server.start()
         if self.watchdog is not None:
             self.watchdog.start()
+        if self.storage is not None:
+            self.recovered = self.storage.recover(self.registry)
+            self.registry.recovering = False
+        if self.default_world is not None and self.cfg.default_world not in self.registry.worlds:
+            self.registry.create(self.cfg.default_world, self.default_world)
         for name in ("", *self.services):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
@@ -102,6 +115,8 @@ class App:
         stopped = self.server.stop(grace)          # new calls refused; open ones cancelled after grace
         self.registry.close(grace + 5.0)           # open frame calls end, worlds finish their jobs
         stopped.wait(10.0)
+        if self.storage is not None:
+            self.storage.close()                   # snapshots finish, every log is fsynced
         if self.health_server is not None:
             self.health_server.stop(0)
         self.metrics.stop_http()
@@ -187,14 +202,29 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
         health_pool.shutdown()
         raise StartupError(f"--listen {cfg.listen}: cannot listen there (the port is in use, or the address is "
                            f"not this machine's)")
+    storage = None
+    if cfg.data_dir:
+        from .storage import Storage
+        try:
+            storage = Storage(cfg.data_dir, cfg.fsync, cfg.snapshot_bytes, metrics=metrics)
+        except (OSError, ValueError) as exc:
+            server.stop(0)
+            pool.shutdown(wait=False)
+            health_pool.shutdown()
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise StartupError(f"--data-dir {cfg.data_dir}: {reason}") from None
+        registry.storage = storage
+        registry.recovering = True
     app = App(cfg, server, port, health, registry, metrics, pool, authenticator=authenticator, watchdog=watchdog,
-              health_pool=health_pool, certificates=certificates, quotas=quotas)
+              health_pool=health_pool, certificates=certificates, quotas=quotas, storage=storage)
     if cfg.health_listen:
         app.health_server, app.health_port = _health_server(cfg.health_listen, health, health_pool)
         if app.health_port == 0:
             server.stop(0)
             pool.shutdown(wait=False)
             health_pool.shutdown()
+            if storage is not None:
+                storage.close()
             raise StartupError(f"--health-listen {cfg.health_listen}: cannot listen there (the port is in use, or "
                                f"the address is not this machine's)")
     if cfg.metrics_port >= 0:
@@ -205,12 +235,17 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
             server.stop(0)
             pool.shutdown(wait=False)
             health_pool.shutdown()
+            if storage is not None:
+                storage.close()
             raise StartupError(f"--metrics-port {cfg.metrics_port} (--metrics-host {cfg.metrics_host}): cannot serve "
                                f"metrics there ({exc.strerror or exc})") from None
     # In a cluster, the default world is created only by the replica the ring gives it to.
     if default_world is not None and (ownership is None or ownership.ring.owner(cfg.default_world)
                                       == ownership.self_member):
-        registry.create(cfg.default_world, default_world)
+        if storage is None:
+            registry.create(cfg.default_world, default_world)
+        else:                                   # after recovery (it may be in the data directory)
+            app.default_world = default_world
     return app
 
 

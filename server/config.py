@@ -70,6 +70,9 @@ class ServerConfig:
     log_format: str = "text"
     cluster_members: str = ""
     cluster_self: str = ""
+    data_dir: str = ""
+    fsync: str = "everysec"
+    snapshot_bytes: int = 64 * MIB
     tls_cert: str = ""
     tls_key: str = ""
     tls_client_ca: str = ""
@@ -93,6 +96,10 @@ class ServerConfig:
 
         if ":" not in self.listen:
             bad("listen", f"must be HOST:PORT, got {self.listen!r}")
+        if self.fsync not in ("always", "everysec", "no"):
+            bad("fsync", f"must be always, everysec or no, got {self.fsync!r}")
+        if self.snapshot_bytes < 4096:
+            bad("snapshot_bytes", "must be >= 4096")
         if self.log_format not in ("text", "json"):
             bad("log_format", f"must be text or json, got {self.log_format!r}")
         if not -1 <= self.metrics_port <= 65535:
@@ -168,6 +175,12 @@ _HELP = {
     "cluster_members": "the cluster's replicas HOST:PORT,HOST:PORT,... (the proxy's ring); worlds the ring "
                        "gives to another replica are refused (default: not in a cluster)",
     "cluster_self": "this replica's HOST:PORT in --cluster-members",
+    "data_dir": "keep worlds durable in this directory: a write-ahead log of each world's frames and periodic "
+                "snapshots, recovered on start (default: none, worlds live in memory only)",
+    "fsync": "with --data-dir: always (a frame is answered once its log record is on disk), everysec (fsync at "
+             "most a second behind; default) or no (the OS decides)",
+    "snapshot_bytes": "with --data-dir: snapshot a world and cut its log when the log passes this many bytes "
+                      "(default 64 MiB)",
     "tls_cert": "serve gRPC over TLS with this certificate (PEM; re-read when the file changes)",
     "tls_key": "the private key of --tls-cert (PEM)",
     "tls_client_ca": "mutual TLS: require client certificates signed by this CA (PEM)",

@@ -69,6 +69,17 @@ class Metrics:
                                        registry=reg)
         self.calls_refused = Counter("sapgrid_calls_refused_total", "Long calls refused because every slot was "
                                      "in use", registry=reg)
+        # durability (--data-dir): failures that refuse frames or let a log grow, and the fsyncs' latency
+        self.log_write_failures = Counter("sapgrid_log_write_failures_total",
+                                          "Frames refused because their log record could not be written", registry=reg)
+        self.fsync_failures = Counter("sapgrid_fsync_failures_total", "fsyncs of a world's log that failed",
+                                      registry=reg)
+        self.fsync_seconds = Histogram("sapgrid_fsync_duration_seconds", "Seconds of one fsync of a world's log",
+                                       buckets=LATENCY_BUCKETS, registry=reg)
+        self.snapshots = Counter("sapgrid_snapshots_total", "Snapshots written to the data directory, by outcome "
+                                 "(ok or failed)", ["outcome"], registry=reg)
+        self.worlds_unrecovered = Gauge("sapgrid_worlds_unrecovered", "Worlds of the data directory that could "
+                                        "not be recovered at start (not served)", registry=reg)
         self._per_world = (self.objects, self.pairs, self.created, self.deleted, self.swaps, self.overflows,
                            self.queue_depth, self.subscribers, self.subscribers_dropped, self.occupied_cells, self.cell_objects_max,
                            self.cell_objects_mean, self.cell_objects_p99)

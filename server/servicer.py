@@ -17,10 +17,13 @@ from sapgrid.v1 import echo_service_pb2_grpc as echo_grpc
 from sapgrid.v1 import sapgrid_service_pb2 as pb
 from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
 
-from . import auth, cluster, protocol
-from .errors import Cancelled, InvalidInput, WorldGone, WorldNotFound, abort, frame_error, short
+from . import auth, cluster, protocol, snapshot
+from .errors import Cancelled, Exhausted, InvalidInput, WorldGone, WorldNotFound, abort, frame_error, short
 from .metrics import Metrics
 from .registry import Caller, Registry
+from .writers import check_writer
+
+SNAPSHOT_CHUNK = 1 << 20          # bytes per SnapshotWorld message
 
 
 def _unary(method):
@@ -152,7 +155,7 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         return pb.GetWorldResponse(world=protocol.world_info(self.registry.get(request.name)))
 
     # ---- frames -----------------------------------------------------------------------------
-    def _apply(self, frame, received: float, caller: Caller, generations: dict | None = None):
+    def _apply(self, frame, received: float, caller: Caller, generations: dict | None = None, raw: bytes = b""):
         """Apply one decoded frame: (runner, Applied). Refusals raise, counted per world.
 
         generations: a stream's worlds by name -> the generation it first wrote to; a frame for a world
@@ -166,11 +169,12 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
             self.metrics.frame_rejected(None, "not_found")
             raise
         try:
+            check_writer(frame.writer, frame.seq)
             arrays = protocol.frame_arrays(frame, runner.dims)
         except Exception as exc:
             runner.count_refusal(exc)
             raise
-        return runner, runner.apply(arrays, frame.seq, received, caller)
+        return runner, runner.apply(arrays, frame.seq, received, caller, frame.writer, raw)
 
     # ApplyFrame, StreamFrames and Subscribe are registered with raw-bytes (de)serializers (see
     # ``add_to_server``): frames are read zero-copy and the Delta, serialized once, is framed into the
@@ -179,7 +183,7 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
     def ApplyFrame(self, raw: bytes, context):
         received = time.perf_counter()
         with self.registry.frame_call():
-            runner, applied = self._apply(protocol.read_frame(raw), received, Caller(context))
+            runner, applied = self._apply(protocol.read_frame(raw), received, Caller(context), raw=raw)
         runner.published(applied)
         return protocol.apply_response(applied)
 
@@ -200,7 +204,7 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
                     seq = frame.seq
                     if bound and frame.world != bound:
                         raise cluster.WrongWorld(frame.world, bound)
-                    runner, applied = self._apply(frame, received, caller, generations)
+                    runner, applied = self._apply(frame, received, caller, generations, raw)
                 except Cancelled:
                     return
                 except Exception as exc:
@@ -240,6 +244,68 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         world = runner.world
         pairs, frame = runner.run(lambda: (world.pairs(), runner.frames), Caller(context))
         yield from protocol.pairs_chunks(pairs, size, frame)
+
+    # ---- snapshots, restore, freeze -----------------------------------------------------------
+    @_streaming
+    def SnapshotWorld(self, request, context):
+        # The world's state is copied between two frames (numpy copies); it is encoded and sent outside its turn.
+        runner = self.registry.get(request.name)
+        state = runner.run(runner.state, Caller(context))
+        data = snapshot.encode(state)
+        total = len(data)
+        view = memoryview(data)
+        for start in range(0, max(total, 1), SNAPSHOT_CHUNK):
+            yield pb.SnapshotWorldResponse(chunk=bytes(view[start:start + SNAPSHOT_CHUNK]), total_bytes=total,
+                                           frame=state.frames)
+
+    @_unary
+    def RestoreWorld(self, request_iterator, context):
+        name, parts, size, limit = None, [], 0, None
+        for request in request_iterator:
+            if name is None:
+                name = request.name
+            parts.append(request.chunk)
+            size += len(request.chunk)
+            if limit is None and size >= snapshot.HEADER_BYTES:
+                try:
+                    _, limit = snapshot.header(b"".join(parts))
+                except snapshot.SnapshotError as exc:
+                    raise InvalidInput(str(exc), "chunk") from None
+                budget = self.registry.budget.world_bytes
+                if budget and limit > budget:        # refused before it is read: a world of it would not fit
+                    raise Exhausted(f"snapshot: {limit} bytes, more than the per-world memory budget of "
+                                    f"{budget >> 20} MiB (--max-world-bytes)", "chunk")
+            if limit is not None and size > limit:
+                raise InvalidInput(f"snapshot: more than the {limit} bytes its header says", "chunk")
+        if name is None:
+            raise InvalidInput("no snapshot: the call sent no message", "chunk")
+        try:
+            state = snapshot.decode(b"".join(parts))
+        except snapshot.SnapshotError as exc:
+            raise InvalidInput(str(exc), "chunk") from None
+        name = name or state.name
+        if self.ownership is not None:
+            self.ownership.check(name)
+        auth.require(context, auth.ADMIN, name, "RestoreWorld")    # the snapshot's own name too
+        reserved = self.quotas is not None and name not in self.registry.worlds
+        if reserved:
+            self.quotas.world_reserve(auth.client_name(context), name)
+        try:
+            runner = self.registry.restore(name, state)
+        except BaseException:
+            if reserved and name not in self.registry.worlds:
+                self.quotas.world_released(name)
+            raise
+        return pb.RestoreWorldResponse(world=protocol.world_info(runner))
+
+    @_unary
+    def FreezeWorld(self, request, context):
+        runner = self.registry.get(request.name)
+
+        def freeze():                                   # between two frames
+            runner.frozen = request.frozen
+        runner.run(freeze, Caller(context))
+        return pb.FreezeWorldResponse(world=protocol.world_info(runner))
 
     def Subscribe(self, request, context):
         try:

@@ -52,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_once(parser, "--fps-objects", type=int, default=100_000, help="server bench: throughput world size")
     _add_once(parser, "--fps-ticks", type=int, default=60, help="server bench: throughput ticks (default 60)")
     _add_once(parser, "--window", type=int, default=4, help="server bench: frames in flight (default 4)")
+    _add_once(parser, "--data-dir-compare", action="store_true",
+              help="with --server spawn: what durable worlds cost (sapgrid.tools.bench_durable): servers in memory, "
+                   "--data-dir --fsync everysec and always, in turn; snapshot, restore, recovery after kill -9")
+    _add_once(parser, "--durable-rounds", type=int, default=2,
+              help="--data-dir-compare: rounds of the servers in turn (default 2)")
 
 
 def _trace(n: int, ticks: int, seed: int) -> dict:
@@ -212,6 +217,11 @@ def _secure_server(directory: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "data_dir_compare", False):
+        from sapgrid.tools import bench_durable
+
+        args.rounds = args.durable_rounds
+        return bench_durable.run(args)
     import tempfile
 
     spawned = secure_server = secure = None
