@@ -376,6 +376,14 @@ class World:
         o = self.objects
         return o.cat[h].copy(), o.mask[h].copy(), o.static[h].astype(bool)
 
+    def export(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every live object, in one pass and in the engine's own order (not sorted): copies of (ids uint64 [K],
+        boxes float32 [K, 2*dims], category uint32 [K], mask uint32 [K], static bool [K]). What a snapshot
+        holds: a world made by adding them in one step has the same pairs."""
+        o = self.objects
+        live = np.flatnonzero(o.alive[:o.next_handle])
+        return o.id[live], o.box[live], o.cat[live], o.mask[live], o.static[live].astype(bool)
+
     def cell_occupancy(self) -> np.ndarray:
         return self.sap.n.astype(np.int64)
 

@@ -522,3 +522,21 @@ def test_warm_cache_script_runs_against_a_server(server):
     spec.loader.exec_module(mod)
     for dims in (2, 3):
         mod.warm(server.address, dims)
+
+
+def test_compose_keeps_worlds_on_volumes(docker, compose):
+    """The compose stacks give each server a data directory on a named volume (worlds survive a restart),
+    and the image makes that directory for its runtime user (a fresh named volume copies its owner)."""
+    svc = compose["services"]["sapgrid"]
+    cfg = image_config(docker, compose_env(svc))
+    mounts = dict(v.split(":")[::-1][:2] for v in svc["volumes"])      # container path -> volume
+    assert cfg.data_dir in mounts and mounts[cfg.data_dir] in compose["volumes"]
+    assert cfg.fsync in ("always", "everysec")
+    runs = " ".join(a for w, a in docker.instr if w == "RUN")
+    assert cfg.data_dir in runs and "-o 10001" in runs
+    cluster = yaml.safe_load((DEPLOY / "compose.cluster.yaml").read_text())
+    for name, s in cluster["services"].items():
+        if name.startswith("sapgrid-"):
+            data_dir = image_config(docker, compose_env(s)).data_dir
+            paths = [v.split(":")[1] for v in s["volumes"]]
+            assert data_dir and any(data_dir == p or data_dir.startswith(p.rstrip("/") + "/") for p in paths), name

@@ -75,3 +75,28 @@ def test_readiness_service_name_is_served(server):
         status = health_pb2_grpc.HealthStub(ch).Check(
             health_pb2.HealthCheckRequest(service="sapgrid.v1.SapgridService"), timeout=10).status
     assert status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_worlds_are_kept_on_a_persistent_volume():
+    """The server's data directory is a mount of a PersistentVolumeClaim: the single server's (a ReadWriteOnce
+    claim, strategy Recreate so two pods never share it) and each cluster replica's (volumeClaimTemplates)."""
+    by_kind = {d["kind"]: d for d in _docs()}
+    dep = by_kind["Deployment"]
+    pod = dep["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
+    pvc = by_kind["PersistentVolumeClaim"]
+    assert env["SAPGRID_DATA_DIR"] in mounts.values()
+    volume = next(name for name, path in mounts.items() if path == env["SAPGRID_DATA_DIR"])
+    assert claims[volume] == pvc["metadata"]["name"]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"] and dep["spec"]["strategy"]["type"] == "Recreate"
+    assert "pvc.yaml" in yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]
+    cluster = [d for d in yaml.safe_load_all((K8S / "cluster" / "proxy-replicas.yaml").read_text())
+               if d and d["kind"] == "StatefulSet"][0]
+    c = cluster["spec"]["template"]["spec"]["containers"][0]
+    data_dir = {e["name"]: e.get("value") for e in c["env"]}["SAPGRID_DATA_DIR"]
+    mount = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    template = cluster["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
+    assert data_dir.startswith(mount[template].rstrip("/") + "/") or data_dir == mount[template]

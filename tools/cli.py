@@ -6,6 +6,10 @@
     sapgrid replay TRACE [--server HOST:PORT]                       replay a recorded trace
     sapgrid bench [--server HOST:PORT]                              benchmarks (engine, or the service)
     sapgrid view --server HOST:PORT [--world NAME] [--listen HOST:PORT]  live web viewer of worlds
+    sapgrid auth token --file FILE --name NAME --role admin|writer|reader --worlds PATTERN   a new token
+
+Every command that calls a server takes --tls, --tls-ca FILE, --tls-cert FILE, --tls-key FILE and
+--token TOKEN, or SAPGRID_TLS, SAPGRID_TLS_CA, SAPGRID_TLS_CERT, SAPGRID_TLS_KEY, SAPGRID_TOKEN.
 """
 from __future__ import annotations
 
@@ -133,6 +137,68 @@ def _cmd_bench(args) -> int:
     return bench.run(args)
 
 
+def _cmd_auth(args) -> int:
+    from sapgrid.server.auth import ROLES_HELP, AuthFileError, append_token
+
+    try:
+        token = append_token(args.file, args.name, args.role, args.worlds)
+    except (AuthFileError, OSError) as exc:
+        print(f"sapgrid auth token: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"sapgrid auth token needs the server: pip install 'sapgrid[server]' ({exc})", file=sys.stderr)
+        return 2
+    print(f"appended {args.name!r} ({args.role} on {args.worlds}: {ROLES_HELP[args.role]}) to {args.file} as a "
+          f"SHA-256 hash; send SIGHUP to the server to load it. The token, shown only now:\n{token}")
+    return 0
+
+
+#: Client credentials of every command that calls a server: (flag, env, help).
+CLIENT_CREDENTIALS = (
+    ("--tls", "SAPGRID_TLS", "TLS with the system's root certificates"),
+    ("--tls-ca", "SAPGRID_TLS_CA", "TLS: the server's CA certificate (PEM)"),
+    ("--tls-cert", "SAPGRID_TLS_CERT", "mutual TLS: this client's certificate (PEM)"),
+    ("--tls-key", "SAPGRID_TLS_KEY", "mutual TLS: this client's private key (PEM)"),
+    ("--token", "SAPGRID_TOKEN", "bearer token (sent as authorization metadata)"),
+)
+
+
+def _add_credentials(parser: argparse.ArgumentParser) -> None:
+    """The client credential options, on this parser and every sub-command below it (but serve and auth)."""
+    for flag, env, text in CLIENT_CREDENTIALS:
+        if flag not in parser._option_string_actions:
+            if flag == "--tls":
+                parser.add_argument(flag, action="store_const", const=True, default=argparse.SUPPRESS,
+                                    help=f"{text} (or {env}=1)")
+            else:
+                parser.add_argument(flag, default=argparse.SUPPRESS, metavar="FILE" if flag != "--token" else "TOKEN",
+                                    help=f"{text} (or {env})")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                if name not in ("serve", "auth"):
+                    _add_credentials(child)
+
+
+def _apply_credentials(args, env) -> None:
+    """Flags over SAPGRID_* variables: the credentials of every client this command makes."""
+    if args.command in ("serve", "auth"):
+        return
+    from sapgrid.client._channel import set_defaults
+
+    values = {}
+    for flag, name, _ in CLIENT_CREDENTIALS:
+        dest = flag[2:].replace("-", "_")
+        value = getattr(args, dest, None)
+        if value is None:
+            value = env.get(name) or None
+            if flag == "--tls" and value is not None:
+                value = value.strip().lower() in ("1", "true", "yes", "on")
+        values[dest] = value
+    set_defaults(tls=bool(values["tls"]), ca_file=values["tls_ca"], cert_file=values["tls_cert"],
+                 key_file=values["tls_key"], token=values["token"])
+
+
 def _engine_tool(name: str, parser: argparse.ArgumentParser) -> None:
     """Add the options of a tool that imports the engine; with the client-only install (no ``server``
     extra) the command is still listed, and running it says what to install."""
@@ -215,6 +281,19 @@ def build_parser() -> argparse.ArgumentParser:
     from sapgrid.tools import cluster
 
     cluster.add_parser(sub)
+
+    p = sub.add_parser("auth", help="credentials of a server's --auth-file")
+    asub = p.add_subparsers(dest="auth_command", required=True)
+    t = asub.add_parser("token", help="make a token: append its entry (SHA-256 hash only) to the auth file and "
+                                      "print the token once, as the last word")
+    t.add_argument("--file", required=True, help="the server's --auth-file (TOML; created if missing)")
+    t.add_argument("--name", required=True, help="the token's name (audit lines, quotas, metrics)")
+    t.add_argument("--role", required=True, choices=("admin", "writer", "reader"),
+                   help="admin: everything; writer: frames, snapshots and reads; reader: get, query, pairs, subscribe")
+    t.add_argument("--worlds", default="*", help="world-name pattern the role covers, e.g. 'match-*' (default *)")
+    t.set_defaults(func=_cmd_auth)
+
+    _add_credentials(ap)
     return ap
 
 
@@ -222,6 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "missing", None):
         print(args.missing, file=sys.stderr)
+        return 2
+    import os
+
+    try:
+        _apply_credentials(args, os.environ)
+    except ValueError as exc:
+        print(f"sapgrid {args.command}: {exc}", file=sys.stderr)
         return 2
     try:
         return int(args.func(args) or 0)

@@ -70,11 +70,16 @@ class AsyncClient(Calls):
     """asyncio client with the same methods as ``Client`` (coroutines)."""
 
     def __init__(self, address: str = DEFAULT_ADDRESS, *, timeout: float | None = 60.0,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, tls: bool = False, ca_file: str | None = None,
+                 cert_file: str | None = None, key_file: str | None = None, token: str | None = None):
         self.address = address
         self.timeout = timeout
         self.max_message_bytes = max_message_bytes
-        self.channel = grpc.aio.insecure_channel(address, options=channel_options(max_message_bytes))
+        from ._channel import credentials, open_channel
+
+        # TLS with tls=True (system roots) or any of the files; token: authorization metadata (_channel.py)
+        self.channel = open_channel(address, channel_options(max_message_bytes), aio=True,
+                                    **credentials(tls, ca_file, cert_file, key_file, token))
         self.stub = pb_grpc.SapgridServiceStub(self.channel)
 
     async def _unary(self, method, request, read, timeout=None, world=""):

@@ -78,6 +78,19 @@ _BY_CODE = {c.code: c for c in (InvalidArgument, FailedPrecondition, NotFound, A
 _BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
 
 
+class Unauthenticated(SapgridError):
+    """No credentials, or a token / client certificate the server does not know."""
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(SapgridError):
+    """The caller's role does not cover this call on this world."""
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+_BY_CODE.update({c.code: c for c in (Unauthenticated, PermissionDenied)})
+
+
 def make_error(code: grpc.StatusCode, message: str, field: str = "", index: int = -1) -> SapgridError:
     cls = _BY_CODE.get(code, SapgridError)
     return cls(message, field, index, code=code)

@@ -115,14 +115,23 @@ class Subscription:
 
 
 class Client(Calls):
-    """Synchronous client. address: "HOST:PORT"; timeout: default deadline (seconds) of unary calls."""
+    """Synchronous client. address: "HOST:PORT"; timeout: default deadline (seconds) of unary calls.
+
+    TLS: ``tls=True`` (the system's root certificates) or ``ca_file`` (the server's CA, PEM); mutual TLS
+    adds ``cert_file`` and ``key_file``. ``token``: sent as ``authorization: Bearer TOKEN`` on every call.
+    """
 
     def __init__(self, address: str = DEFAULT_ADDRESS, *, timeout: float | None = 60.0,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, tls: bool = False, ca_file: str | None = None,
+                 cert_file: str | None = None, key_file: str | None = None, token: str | None = None):
         self.address = address
         self.timeout = timeout
         self.max_message_bytes = max_message_bytes
-        self.channel = grpc.insecure_channel(address, options=channel_options(max_message_bytes))
+        from ._channel import credentials, open_channel
+
+        # TLS with tls=True (system roots) or any of the files; token: authorization metadata (_channel.py)
+        self.channel = open_channel(address, channel_options(max_message_bytes), aio=False,
+                                    **credentials(tls, ca_file, cert_file, key_file, token))
         self.stub = pb_grpc.SapgridServiceStub(self.channel)
 
     def _unary(self, method, request, read, timeout=None, world=""):
