@@ -155,3 +155,12 @@ def test_snapshot_and_restore_through_the_cli(client, server, world_name, rng, t
     path.write_bytes(path.read_bytes()[:-7])
     assert cli.main(["worlds", "restore", str(path), "--name", copy + "x", "--server", server.address]) == 1
     assert "INVALID_ARGUMENT" in capsys.readouterr().err
+
+
+def test_a_resuming_stream_of_an_unknown_world_fails_at_once(client):
+    from sapgrid.client.errors import NotFound
+
+    t0 = time.monotonic()
+    with pytest.raises(NotFound):
+        client.stream("no-such-world-here", writer="x", resume=True, resume_deadline=60)
+    assert time.monotonic() - t0 < 30                 # not the resume deadline

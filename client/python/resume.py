@@ -66,8 +66,10 @@ class ResumingFrameStream:
         self.reconnects = 0
         self._pending: deque[_Pending] = deque()
         self._stream = None
-        self.mirror = client.mirror(world) if verify else None
-        self.next_seq = client.get_world(world).writers.get(writer, 0) + 1
+        # Opening retries a broken connection, not an unknown world (a typo should fail at once).
+        opening = _CALL_RETRY - {grpc.StatusCode.NOT_FOUND}
+        self.mirror = self._retrying(lambda: client.mirror(world), retry=opening) if verify else None
+        self.next_seq = self._retrying(lambda: client.get_world(world), retry=opening).writers.get(writer, 0) + 1
         self._open()
 
     @property
@@ -145,25 +147,33 @@ class ResumingFrameStream:
 
     def _resume(self, cause: SapgridError) -> None:
         """Open the call again and send the unanswered frames, retrying with backoff until the deadline."""
+        self._stream.close()
+
+        def reopen():
+            stands = self.client.get_world(self.world).writers.get(self.writer, 0)
+            first = self._pending[0].seq if self._pending else self.next_seq
+            if stands < first - 1:
+                raise DataLoss(f"world {self.world!r}: writer {self.writer!r} stands at seq {stands} but the server "
+                               f"had answered its frames up to seq {first - 1}: answered frames were lost "
+                               f"(a server without a data directory, or with --fsync no, restarted)")
+            self._open()
+
+        self._retrying(reopen, cause)
+        self.reconnects += 1
+
+    def _retrying(self, attempt, cause: SapgridError | None = None, retry=_CALL_RETRY):
+        """``attempt()``, again with exponential backoff while it fails with a code worth retrying, for at most
+        ``deadline`` seconds; then its last error, saying so."""
         give_up = time.monotonic() + self.deadline
         delay = self.backoff
         last_error = cause
-        self._stream.close()
         while True:
             try:
-                stands = self.client.get_world(self.world).writers.get(self.writer, 0)
-                first = self._pending[0].seq if self._pending else self.next_seq
-                if stands < first - 1:
-                    raise DataLoss(f"world {self.world!r}: writer {self.writer!r} stands at seq {stands} but the server "
-                                   f"had answered its frames up to seq {first - 1}: answered frames were lost "
-                                   f"(a server without a data directory, or with --fsync no, restarted)")
-                self._open()
-                self.reconnects += 1
-                return
+                return attempt()
             except DataLoss:
                 raise
             except SapgridError as err:
-                if err.code not in _CALL_RETRY:
+                if err.code not in retry:
                     raise
                 last_error = err
             if time.monotonic() + delay > give_up:
