@@ -204,7 +204,7 @@ def k8s():
     by_kind = {}
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
-    dep, = by_kind["Deployment"]
+    dep, = by_kind["StatefulSet"]
     svc, = by_kind["Service"]
     container, = [c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "sapgrid"]
     return SimpleNamespace(docs=docs, deployment=dep, service=svc, container=container)
@@ -222,7 +222,7 @@ def image_config(docker, extra_env: dict[str, str]) -> ServerConfig:
 # ---------------------------------------------------------------------------------------------
 def test_every_yaml_file_parses():
     names = {p.relative_to(DEPLOY).as_posix() for p in YAML_FILES}
-    assert {"compose.yaml", "prometheus/prometheus.yml", "k8s/deployment.yaml", "k8s/service.yaml",
+    assert {"compose.yaml", "prometheus/prometheus.yml", "k8s/statefulset.yaml", "k8s/service.yaml",
             "k8s/kustomization.yaml", "grafana/provisioning/datasources/prometheus.yml",
             "grafana/provisioning/dashboards/sapgrid.yml"} <= names
     for p in YAML_FILES:
@@ -460,8 +460,8 @@ def test_k8s_ports_probes_and_service_match(docker, k8s):
 
 def test_k8s_single_replica_and_shutdown_budget(docker, k8s):
     spec = k8s.deployment["spec"]
-    assert spec["replicas"] == 1, "worlds live in one process: no replicas (shard by Deployment instead)"
-    assert spec["strategy"]["type"] == "Recreate"
+    assert spec["replicas"] == 1, "worlds live in one process: no replicas (shard with the cluster instead)"
+    assert spec["updateStrategy"]["type"] == "RollingUpdate"      # a StatefulSet's pod goes before its successor
     cfg = image_config(docker, env_list(k8s.container))
     pod = spec["template"]["spec"]
     # grace for open calls, +5 s for the worlds' queued frames, +1 s signal poll

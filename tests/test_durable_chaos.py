@@ -98,7 +98,11 @@ def test_kill_9_during_a_resuming_writer_stream(tmp_path):
             rng = random.Random(11)
             kills = 0
             while kills < KILLS and writer.is_alive():
-                time.sleep(rng.uniform(0.05, 0.6))
+                progress = len(received)            # each kill hits a stream that is moving again
+                waited = time.monotonic() + 120
+                while len(received) <= progress and writer.is_alive() and time.monotonic() < waited:
+                    time.sleep(0.01)
+                time.sleep(rng.uniform(0.0, 0.4))
                 server.proc.kill()                  # SIGKILL: no shutdown, no flush
                 server.wait(30)
                 kills += 1
@@ -108,7 +112,7 @@ def test_kill_9_during_a_resuming_writer_stream(tmp_path):
             writer.join(600)
             assert not writer.is_alive(), "the writer stream did not finish"
             assert not failure, f"the writer stream failed: {failure[0]!r}"
-            assert kills == KILLS and reconnects and reconnects[0] >= 1, (kills, reconnects)
+            assert kills == KILLS and reconnects and reconnects[0] >= KILLS // 2, (kills, reconnects)
             assert len(received) < len(frames), "the scenario ran out before the kills were done"
 
             sent = frames[:len(received)]
