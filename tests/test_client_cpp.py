@@ -3,8 +3,7 @@
 moving boxes and checks its pairs, the conformance runner replays conformance/vectors/*.json.
 
 The toolchain comes from scripts/setup.d/40-cpp-client.sh; without it these tests skip, and fail
-under CI=true. Strict by default: ``SAPGRID_CONFORMANCE_ALLOW_ZERO_DIGEST=1`` accepts a server's
-pairs_digest of 0 (servers from before Delta.pairs_digest was on the wire), as in test_conformance.py.
+under CI=true. Every pairs_digest must match.
 """
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "client" / "cpp"
 BUILD = ROOT / "build" / "cpp"
 VECTORS = sorted((ROOT / "conformance" / "vectors").glob("*.json"))
-ZERO_DIGEST = ["--allow-zero-digest"] if os.environ.get("SAPGRID_CONFORMANCE_ALLOW_ZERO_DIGEST") == "1" else []
 
 
 def _missing_toolchain() -> list[str]:
@@ -66,7 +64,7 @@ def test_generated_code_is_built_not_committed(binaries):
 
 def test_example_streams_moving_boxes_and_checks_its_pairs(binaries, server, world_name):
     out = _run([binaries["example"], "--server", server.address, "--frames", 300, "--objects", 200,
-                "--world", world_name, *ZERO_DIGEST])
+                "--world", world_name])
     assert out.returncode == 0, out.stdout + out.stderr
     assert "sapgrid_example: ok: 300 frames of 200 moving boxes" in out.stdout
     assert "ListPairs == deltas == brute force" in out.stdout
@@ -89,7 +87,7 @@ def test_example_reports_bad_arguments_and_failed_calls(binaries, server, world_
 
 def test_conformance_runner_matches_every_vector(binaries, server):
     assert VECTORS
-    out = _run([binaries["conformance"], "--server", server.address, *ZERO_DIGEST, *VECTORS])
+    out = _run([binaries["conformance"], "--server", server.address, *VECTORS])
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"{len(VECTORS)}/{len(VECTORS)} vectors match" in out.stdout
     assert out.stdout.count("ok   ") == len(VECTORS)
@@ -107,7 +105,7 @@ def test_conformance_runner_reports_mismatches(binaries, server, tmp_path):
     vector["final_pairs"] = "00" * 16 + vector["final_pairs"]
     path = tmp_path / "tampered.json"
     path.write_text(json.dumps(vector))
-    out = _run([binaries["conformance"], "--server", server.address, *ZERO_DIGEST, path])
+    out = _run([binaries["conformance"], "--server", server.address, path])
     assert out.returncode == 1, out.stdout + out.stderr
     for what in (f"step {good}: created", f"step {good}: objects", f"step {good}: client pairs_digest",
                  f"step {bad_error}: error", "ListPairs",

@@ -7,9 +7,7 @@
 // page) against both. Exit status 0 when everything matches, 1 on a mismatch, 2 on a bad argument.
 //
 //   sapgrid_example --server 127.0.0.1:50051 [--frames 300] [--objects 200] [--window 4]
-//                   [--world NAME] [--allow-zero-digest]
-//
-// --allow-zero-digest accepts a pairs_digest of 0 (servers from before Delta.pairs_digest was on the wire).
+//                   [--world NAME]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -56,12 +54,11 @@ std::vector<sapgrid::Pair> brute_force(const std::vector<Body>& bodies) {
 struct Args {
   std::string server, world;
   int frames = 300, objects = 200, window = 4;
-  bool allow_zero_digest = false;
 };
 
 int usage(const std::string& why) {
   std::cerr << "sapgrid_example: " << why << "\nusage: sapgrid_example --server HOST:PORT [--frames N] "
-            << "[--objects N] [--window N] [--world NAME] [--allow-zero-digest]\n";
+            << "[--objects N] [--window N] [--world NAME]\n";
   return 2;
 }
 
@@ -88,8 +85,6 @@ bool parse(int argc, char** argv, Args* a, std::string* why) {
       if (!value(2, 100000, &a->objects)) return false;
     } else if (k == "--window") {
       if (!value(1, 64, &a->window)) return false;
-    } else if (k == "--allow-zero-digest") {
-      a->allow_zero_digest = true;
     } else {
       return *why = "unknown or incomplete argument " + k, false;
     }
@@ -242,7 +237,7 @@ int main(int argc, char** argv) {
         } else if (!std::equal(truth.begin(), truth.end(), mirror.begin(), mirror.end())) {
           failure = "the pairs of the deltas differ from the brute force (" + std::to_string(mirror.size()) +
                     " vs " + std::to_string(truth.size()) + ")";
-        } else if (d.pairs_digest() != digest && !(args.allow_zero_digest && d.pairs_digest() == 0)) {
+        } else if (d.pairs_digest() != digest) {
           failure = "pairs_digest " + std::to_string(d.pairs_digest()) + " != " + std::to_string(digest);
         }
         if (!failure.empty()) failure = "frame " + std::to_string(k + 1) + ": " + failure;
