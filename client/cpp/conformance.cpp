@@ -10,7 +10,11 @@
 // move). Then ListPairs (every page, small pages) must give exactly "final_pairs". Prints a line per
 // vector; exit status 0 when all match, 1 otherwise, 2 on a bad argument or an unreadable vector.
 //
-//   sapgrid_conformance --server 127.0.0.1:50051 VECTOR.json...
+// --unary sends each frame with the unary ApplyFrame call instead (Client::apply_frame): a refused
+// frame's code, field and index are then read from the google.rpc.BadRequest detail of the call's status
+// (sapgrid::Error), and must be the vector's all the same.
+//
+//   sapgrid_conformance --server 127.0.0.1:50051 [--unary] VECTOR.json...
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -122,7 +126,26 @@ std::vector<std::string> compare(const json& step, const v1::StreamFramesRespons
 }
 
 // Replays one vector on a fresh world; the mismatches (empty: the server conforms).
-std::vector<std::string> replay(sapgrid::Client& client, const json& vector, int serial) {
+// The answer of the unary ApplyFrame call to `frame`, as a stream's answer would hold it (a refused
+// frame: its sapgrid::Error, read from the status's BadRequest detail, as the FrameError).
+v1::StreamFramesResponse apply_unary(sapgrid::Client& client, const v1::Frame& frame) {
+  v1::StreamFramesResponse resp;
+  try {
+    *resp.mutable_delta() = client.apply_frame(frame);
+    resp.set_seq(resp.delta().seq());
+  } catch (const sapgrid::Error& e) {
+    if (e.code == 4 || e.code == 14) throw;  // DEADLINE_EXCEEDED, UNAVAILABLE: not an answer to compare
+    resp.set_seq(frame.seq());
+    v1::FrameError* err = resp.mutable_error();
+    err->set_code(e.code);
+    err->set_message(e.what());
+    err->set_field(e.field);
+    err->set_index(e.index);
+  }
+  return resp;
+}
+
+std::vector<std::string> replay(sapgrid::Client& client, const json& vector, int serial, bool unary) {
   const std::string name = ("conf-cpp-" + vector.at("name").get<std::string>() + "-" +
                             std::to_string(std::chrono::steady_clock::now().time_since_epoch().count() % 100000000) +
                             "-" + std::to_string(serial))
@@ -142,8 +165,13 @@ std::vector<std::string> replay(sapgrid::Client& client, const json& vector, int
     for (size_t i = 0; i < steps.size(); ++i) {
       v1::StreamFramesRequest req;
       *req.mutable_frame() = frame_of(steps[i].at("frame"), name);
-      stream.send(req);
-      v1::StreamFramesResponse resp = stream.recv();
+      v1::StreamFramesResponse resp;
+      if (unary) {
+        resp = apply_unary(client, req.frame());
+      } else {
+        stream.send(req);
+        resp = stream.recv();
+      }
       for (const std::string& m : compare(steps[i], resp, &digest, answers)) {
         bad.push_back("step " + std::to_string(i) + ": " + m);
       }
@@ -166,11 +194,14 @@ std::vector<std::string> replay(sapgrid::Client& client, const json& vector, int
 
 int main(int argc, char** argv) {
   std::string server;
+  bool unary = false;
   std::vector<std::string> paths;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--server" && i + 1 < argc) {
       server = argv[++i];
+    } else if (a == "--unary") {
+      unary = true;
     } else if (a.rfind("--", 0) == 0) {
       std::cerr << "sapgrid_conformance: unknown or incomplete argument " << a << "\n";
       return 2;
@@ -179,7 +210,7 @@ int main(int argc, char** argv) {
     }
   }
   if (server.empty() || paths.empty()) {
-    std::cerr << "usage: sapgrid_conformance --server HOST:PORT VECTOR.json...\n";
+    std::cerr << "usage: sapgrid_conformance --server HOST:PORT [--unary] VECTOR.json...\n";
     return 2;
   }
   std::vector<json> vectors;
@@ -202,7 +233,7 @@ int main(int argc, char** argv) {
     const json& v = vectors[i];
     std::vector<std::string> bad;
     try {
-      bad = replay(client, v, static_cast<int>(i));
+      bad = replay(client, v, static_cast<int>(i), unary);
     } catch (const std::exception& e) {  // sapgrid::Error (a failed call), json's or hex's errors
       bad.push_back(std::string("replay failed: ") + e.what());
     }
