@@ -7,8 +7,12 @@ get exactly the bytes and values they hold. One file is one scenario:
      "steps": [{"frame": {"seq", "writer", <bulk field>: "<hex of its exact bytes>", ...},
                 "expect": {"created", "deleted": "<hex>", "frame", "objects", "pairs",
                            "pairs_digest": "<decimal string>"}
-                       or {"error": {"code", "field", "index"}}}, ...],
+                       or {"error": {"code", "field", "index"}}
+                       or {"same_as_step": K}}, ...],
      "final_pairs": "<hex>"}
+
+``{"same_as_step": K}``: a writer's frame with a seq it already applied (step K, same writer and seq),
+answered with step K's very Delta (its serialized bytes equal) and not applied again.
 
 How the expected values are made:
 
@@ -17,7 +21,10 @@ How the expected values are made:
   ``pairs_digest`` is ``sapgrid.layout.pairs_digest`` of the pairs after the step;
 * errors: what a real server answers (code, field, index of the StreamFramesResponse.error), which must
   equal the value the scenario documents (the contract's: INVALID_ARGUMENT naming the entry, index -1
-  for a byte length, FAILED_PRECONDITION for boxes of the other dims), or the generator fails.
+  for a byte length, FAILED_PRECONDITION for boxes of the other dims), or the generator fails;
+* writers' steps: the exactly-once rules (``WriterOracle``) say which steps are duplicates (documented
+  ``same_as``, and the server's answer must be the repeated step's Delta byte for byte), which are a
+  gap or an old seq (documented FAILED_PRECONDITION) and which a bad writer or seq 0 (INVALID_ARGUMENT).
 
     python conformance/generate.py              # writes conformance/vectors/ (starts a server in process)
     python conformance/generate.py --check      # exit 1 if the committed files differ from the output
