@@ -58,8 +58,7 @@ std::string to_hex(const std::string& bytes) {
 v1::Frame frame_of(const json& raw, const std::string& world) {
   v1::Frame f;
   f.set_world(world);
-  f.set_seq(raw.value("seq", uint64_t{0}));
-  f.set_writer(raw.value("writer", std::string()));
+  sapgrid::FrameBuilder(&f).writer(raw.value("writer", std::string()), raw.value("seq", uint64_t{0}));
   const google::protobuf::Descriptor* d = f.GetDescriptor();
   const google::protobuf::Reflection* r = f.GetReflection();
   for (const char* name : kBulkFields) {

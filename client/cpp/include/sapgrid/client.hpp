@@ -196,17 +196,24 @@ class FrameStream {
   FrameStream(FrameStream&&) = default;
 
   // Send one frame (the request holds it; fill it with FrameBuilder); with a writer, its writer and seq
-  // are filled in first (see above). Returns the frame's seq. Throws if the stream is broken.
+  // are filled in first, in the request itself (see above). Returns the frame's seq. Throws if the
+  // stream is broken.
   uint64_t send(v1::StreamFramesRequest& request) {
     v1::Frame* f = request.mutable_frame();
     if (!writer_.empty()) {
       if (f->writer().empty()) f->set_writer(writer_);
       if (f->seq() == 0) f->set_seq(next_seq_);
-      if (f->seq() >= next_seq_) next_seq_ = f->seq() + 1;
     }
-    if (!rw_->Write(request)) throw finish_error("StreamFrames: write failed");
-    ++in_flight_;
-    return f->seq();
+    return write(request);
+  }
+  // The same for a request that stays as it is (a copy is filled in when the stream must add the writer
+  // or the seq).
+  uint64_t send(const v1::StreamFramesRequest& request) {
+    if (!writer_.empty() && (request.frame().writer().empty() || request.frame().seq() == 0)) {
+      v1::StreamFramesRequest filled = request;
+      return send(filled);
+    }
+    return write(request);
   }
   // The answer to the oldest unanswered frame (a Delta or a FrameError: see has_delta()).
   v1::StreamFramesResponse recv() {
@@ -218,9 +225,11 @@ class FrameStream {
   // send + recv; a rejected frame throws its Error (code, field, index).
   v1::StreamFramesResponse step(v1::StreamFramesRequest& request) {
     send(request);
-    v1::StreamFramesResponse resp = recv();
-    if (resp.has_error()) throw Error::from_frame(resp.error());
-    return resp;
+    return answer_of_step();
+  }
+  v1::StreamFramesResponse step(const v1::StreamFramesRequest& request) {
+    send(request);
+    return answer_of_step();
   }
   // Half-close and wait for the server to end the call.
   void close() {
@@ -240,6 +249,18 @@ class FrameStream {
   void set_next_seq(uint64_t seq) { next_seq_ = seq; }
 
  private:
+  uint64_t write(const v1::StreamFramesRequest& request) {
+    const v1::Frame& f = request.frame();
+    if (!writer_.empty() && f.writer() == writer_ && f.seq() >= next_seq_) next_seq_ = f.seq() + 1;
+    if (!rw_->Write(request)) throw finish_error("StreamFrames: write failed");
+    ++in_flight_;
+    return f.seq();
+  }
+  v1::StreamFramesResponse answer_of_step() {
+    v1::StreamFramesResponse resp = recv();
+    if (resp.has_error()) throw Error::from_frame(resp.error());
+    return resp;
+  }
   Error finish_error(const std::string& what) {
     finished_ = true;
     grpc::Status st = rw_->Finish();
