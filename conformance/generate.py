@@ -296,7 +296,8 @@ def scenario_writers_2d() -> Scenario:
     s.frame(writer="m1", seq=4, update_ids=[3], update_boxes=[[9, 9, 11, 11]])                           # 13
     s.frame(writer="m2", seq=1000, same_as=9)                                                            # 14
     s.frame(writer="w" * 64, seq=1, update_ids=[5], update_boxes=[[0, 0, 1, 1]])   # 15: a 64-character name
-    s.frame(writer="m1", seq=5, add_ids=[7], add_boxes=[[0, 0, 0, 1, 1, 1]], error=(FAILED_PRECONDITION, "add_boxes", -1))
+    s.frame(writer="m1", seq=5, add_ids=[7], add_boxes=[[0, 0, 0, 1, 1, 1]],                         # 16
+            error=(FAILED_PRECONDITION, "add_boxes", -1))
     s.frame(writer="m1", seq=5, add_ids=[7], add_boxes=[[0, 0, 1, 1]])                                   # 17
     s.frame(writer="m1", seq=4, same_as=13)                                                              # 18
     return s

@@ -95,7 +95,8 @@ def compare(step: dict, resp: pb.StreamFramesResponse, digest: list, earlier: li
             return bad + [f"error {resp.error.code} {resp.error.field}[{resp.error.index}] ({resp.error.message}) "
                           f"where the Delta of step {k} was expected again"]
         if resp.delta.SerializeToString() != earlier[k].delta.SerializeToString():
-            bad.append(f"a Delta other than step {k}'s (frame {resp.delta.frame}, created {resp.delta.created.hex()!r})")
+            bad.append(f"a Delta other than step {k}'s (frame {resp.delta.frame}, "
+                       f"created {resp.delta.created.hex()!r})")
         return bad                  # answered again, not applied again: the pair digest does not move
     if "error" in expect:
         if kind != "error":
