@@ -7,8 +7,12 @@ get exactly the bytes and values they hold. One file is one scenario:
      "steps": [{"frame": {"seq", "writer", <bulk field>: "<hex of its exact bytes>", ...},
                 "expect": {"created", "deleted": "<hex>", "frame", "objects", "pairs",
                            "pairs_digest": "<decimal string>"}
-                       or {"error": {"code", "field", "index"}}}, ...],
+                       or {"error": {"code", "field", "index"}}
+                       or {"same_as_step": K}}, ...],
      "final_pairs": "<hex>"}
+
+``{"same_as_step": K}``: a writer's frame with a seq it already applied (step K, same writer and seq),
+answered with step K's very Delta (its serialized bytes equal) and not applied again.
 
 How the expected values are made:
 
@@ -17,7 +21,10 @@ How the expected values are made:
   ``pairs_digest`` is ``sapgrid.layout.pairs_digest`` of the pairs after the step;
 * errors: what a real server answers (code, field, index of the StreamFramesResponse.error), which must
   equal the value the scenario documents (the contract's: INVALID_ARGUMENT naming the entry, index -1
-  for a byte length, FAILED_PRECONDITION for boxes of the other dims), or the generator fails.
+  for a byte length, FAILED_PRECONDITION for boxes of the other dims), or the generator fails;
+* writers' steps: the exactly-once rules (``WriterOracle``) say which steps are duplicates (documented
+  ``same_as``, and the server's answer must be the repeated step's Delta byte for byte), which are a
+  gap or an old seq (documented FAILED_PRECONDITION) and which a bad writer or seq 0 (INVALID_ARGUMENT).
 
     python conformance/generate.py              # writes conformance/vectors/ (starts a server in process)
     python conformance/generate.py --check      # exit 1 if the committed files differ from the output
@@ -32,6 +39,7 @@ import json
 import random
 import sys
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +60,18 @@ FRAME_KEYS = ("seq", "writer") + BULK_FIELDS
 HIGH = 1 << 63
 
 
+@dataclass
+class Step:
+    """One frame of a scenario and what the scenario documents for it: applied (error and same_as
+    None), refused with ``error`` (code, field, index), or a duplicate answered like step ``same_as``."""
+
+    fields: dict
+    seq: int
+    writer: str
+    error: tuple | None
+    same_as: int | None
+
+
 class Scenario:
     """A world and its frames, written as arrays (or raw bytes for malformed fields)."""
 
@@ -59,11 +79,18 @@ class Scenario:
         self.name, self.description = name, description
         self.world = {"dims": dims, "bounds": [float(b) for b in bounds], "cells": list(cells)}
         self.dims = dims
-        self.steps: list[tuple[dict, tuple | None]] = []
+        self.steps: list[Step] = []
 
-    def frame(self, *, error: tuple | None = None, raw: dict | None = None, **arrays) -> None:
+    def frame(self, *, error: tuple | None = None, raw: dict | None = None, seq: int | None = None,
+              writer: str = "", same_as: int | None = None, **arrays) -> None:
         """One frame: keyword arrays as ``sapcore.World.step`` (ids as Python ints, boxes as rows),
-        ``raw`` field -> bytes to send as they are, ``error`` the documented (code, field, index)."""
+        ``raw`` field -> bytes to send as they are, ``error`` the documented (code, field, index);
+        ``seq`` (default: the step's number from 1) and ``writer`` as sent; ``same_as`` K: a writer's
+        duplicate, documented as answered with the very Delta of step K."""
+        if error is not None and same_as is not None:
+            raise ValueError("a step is an error or a duplicate, not both")
+        if same_as is not None and not 0 <= same_as < len(self.steps):
+            raise ValueError(f"same_as {same_as}: not an earlier step")
         fields = {}
         for key, value in arrays.items():
             if key not in BULK_FIELDS:
@@ -80,7 +107,7 @@ class Scenario:
             if key not in BULK_FIELDS:
                 raise ValueError(f"unknown frame field {key!r}")
             fields[key] = bytes(value)
-        self.steps.append((fields, error))
+        self.steps.append(Step(fields, len(self.steps) + 1 if seq is None else int(seq), writer, error, same_as))
 
 
 # ---- the scenarios ------------------------------------------------------------------------------
@@ -247,9 +274,96 @@ def scenario_errors_3d() -> Scenario:
     return s
 
 
+def scenario_writers_2d() -> Scenario:
+    s = Scenario("writers-2d", "exactly-once frames: a writer's frames applied in its seq order; a seq it already "
+                 "applied answered with the very Delta of its first answer (content not looked at, world unchanged, "
+                 "not counted as a frame); a refused frame takes no seq; frames without a writer in between; a "
+                 "second writer starting at seq 1000", 2, (0, 0, 100, 100), (4, 4))
+    ia = INVALID_ARGUMENT
+    s.frame(writer="m1", seq=1, add_ids=[1, 2, 3], add_boxes=[[0, 0, 2, 2], [1, 1, 3, 3], [9, 9, 10, 10]])  # 0
+    s.frame(writer="m1", seq=2, update_ids=[2], update_boxes=[[8, 8, 9.5, 9.5]])                          # 1
+    s.frame(writer="m1", seq=2, update_ids=[2], update_boxes=[[8, 8, 9.5, 9.5]], same_as=1)               # 2
+    s.frame(writer="m1", seq=1, remove_ids=[1, 2, 3], same_as=0)       # 3: another content, the first answer
+    s.frame(writer="m1", seq=3, update_ids=[1], update_boxes=[[5, 5, 4, 6]], error=(ia, "update_boxes", 0))
+    s.frame(writer="m1", seq=3, update_ids=[1], update_boxes=[[9, 0, 12, 9]])                            # 5
+    s.frame(writer="m1", seq=3, same_as=5)                                                               # 6
+    s.frame(seq=3, add_ids=[4], add_boxes=[[0, 0, 100, 1]])            # 7: no writer, seq not interpreted
+    s.frame(seq=3, update_ids=[4], update_boxes=[[0, 50, 100, 51]])                                      # 8
+    s.frame(writer="m2", seq=1000, add_ids=[5, 6], add_boxes=[[50, 50, 60, 60], [55, 49, 56, 70]])      # 9
+    s.frame(writer="m2", seq=1000, same_as=9)                                                            # 10
+    s.frame(writer="m1", seq=2, same_as=1)             # 11: the world moved since, the answer did not
+    s.frame(writer="m2", seq=1001, remove_ids=[4])                                                       # 12
+    s.frame(writer="m1", seq=4, update_ids=[3], update_boxes=[[9, 9, 11, 11]])                           # 13
+    s.frame(writer="m2", seq=1000, same_as=9)                                                            # 14
+    s.frame(writer="w" * 64, seq=1, update_ids=[5], update_boxes=[[0, 0, 1, 1]])   # 15: a 64-character name
+    s.frame(writer="m1", seq=5, add_ids=[7], add_boxes=[[0, 0, 0, 1, 1, 1]],                         # 16
+            error=(FAILED_PRECONDITION, "add_boxes", -1))
+    s.frame(writer="m1", seq=5, add_ids=[7], add_boxes=[[0, 0, 1, 1]])                                   # 17
+    s.frame(writer="m1", seq=4, same_as=13)                                                              # 18
+    return s
+
+
+def scenario_writers_errors_2d() -> Scenario:
+    s = Scenario("writers-errors-2d", "exactly-once frames refused: a gap in a writer's seqs and a seq older than "
+                 "its oldest kept answer (FAILED_PRECONDITION), bad writer names and seq 0 with a writer "
+                 "(INVALID_ARGUMENT); none changes the world or the writer's seq", 2, (0, 0, 100, 100), (4, 4))
+    ia, fp = INVALID_ARGUMENT, FAILED_PRECONDITION
+    seq_field = ("seq", -1)           # a writer's seq out of order: the frame's seq is at fault
+    s.frame(writer="m1", seq=1, add_ids=[1, 2], add_boxes=[[0, 0, 2, 2], [1, 1, 3, 3]])                  # 0
+    s.frame(writer="m1", seq=3, update_ids=[2], update_boxes=[[5, 5, 6, 6]], error=(fp, *seq_field))    # 1: gap
+    s.frame(writer="m1", seq=2 ** 53 - 1, remove_ids=[1], error=(fp, *seq_field))   # 2: gap (a JSON-safe integer)
+    s.frame(writer="m1", seq=0, remove_ids=[1], error=(ia, "seq", -1))                                 # 3
+    s.frame(writer="m1 ", seq=2, remove_ids=[1], error=(ia, "writer", -1))                             # 4
+    s.frame(writer="bad/name", seq=2, remove_ids=[1], error=(ia, "writer", -1))                        # 5
+    s.frame(writer="w" * 65, seq=1, remove_ids=[1], error=(ia, "writer", -1))                          # 6
+    s.frame(writer="m\u00e9", seq=1, remove_ids=[1], error=(ia, "writer", -1))                          # 7
+    s.frame(writer="new", seq=0, remove_ids=[1], error=(ia, "seq", -1))                                # 8
+    s.frame(writer="m1", seq=2, update_ids=[2], update_boxes=[[5, 5, 6, 6]])                           # 9
+    s.frame(writer="late", seq=500, add_ids=[3], add_boxes=[[5, 5, 7, 7]])                             # 10
+    s.frame(writer="late", seq=499, remove_ids=[3], error=(fp, *seq_field))    # 11: older than kept (from 500)
+    s.frame(writer="late", seq=1, remove_ids=[3], error=(fp, *seq_field))                              # 12
+    s.frame(writer="late", seq=502, remove_ids=[3], error=(fp, *seq_field))                            # 13: gap
+    s.frame(writer="late", seq=501, remove_ids=[3])                                                    # 14
+    s.frame(writer="late", seq=500, same_as=10)                                                        # 15
+    return s
+
+
 SCENARIOS = (scenario_basic_2d, scenario_touching_2d, scenario_filters_2d, scenario_big_ids,
              scenario_create_and_delete, scenario_moving_2d, scenario_moving_3d, scenario_errors_2d,
-             scenario_errors_3d)
+             scenario_errors_3d, scenario_writers_2d, scenario_writers_errors_2d)
+
+
+# ---- the writers' oracle ------------------------------------------------------------------------
+
+class WriterOracle:
+    """The contract's exactly-once rules (frame.proto, Frame.writer), written out plainly: what a step
+    with a writer gets before its content is looked at. Scenarios stay under the 256 answers a world keeps
+    per writer, so every applied seq of a writer from its first is still answered."""
+
+    def __init__(self):
+        self.applied: dict[str, dict[int, int]] = {}     # writer -> seq -> step that applied it
+
+    def before(self, writer: str, seq: int) -> tuple[str, int | None]:
+        """("apply", None), ("duplicate", K), ("invalid", None) or ("conflict", None)."""
+        if not writer:
+            return "apply", None
+        if not (1 <= len(writer) <= 64 and all(c.isascii() and (c.isalnum() or c in "_.-") for c in writer)):
+            return "invalid", None
+        if seq == 0:
+            return "invalid", None
+        seqs = self.applied.get(writer)
+        if not seqs:
+            return "apply", None
+        last = max(seqs)
+        if seq == last + 1:
+            return "apply", None
+        if seq in seqs:
+            return "duplicate", seqs[seq]
+        return "conflict", None          # a gap, or older than the first answer kept
+
+    def applied_at(self, writer: str, seq: int, step: int) -> None:
+        if writer:
+            self.applied.setdefault(writer, {})[seq] = step
 
 
 # ---- expected values ----------------------------------------------------------------------------
@@ -277,31 +391,52 @@ def _pairs_hex(pairs) -> str:
     return to_bytes(np.asarray(pairs, np.uint64).reshape(-1, 2), U64).hex()
 
 
-def build(scenario: Scenario, server_errors: list) -> dict:
-    """The vector of a scenario: engine deltas checked against the oracle, and the server's errors
-    (``server_errors``: per step, None or (code, field, index)) checked against the documented ones."""
+def build(scenario: Scenario, answers: list) -> dict:
+    """The vector of a scenario: engine deltas checked against the oracle, writers' steps against the
+    writers' oracle, and the server's answers (``answers``: per step, (code, field, index) of an error
+    or the serialized Delta) checked against the documented ones: the same errors, and a duplicate's
+    Delta byte for byte the one of the step it repeats."""
     from sapcore import World, WorldConfig
 
     w = scenario.world
     world = World(WorldConfig(dims=w["dims"], bounds=tuple(w["bounds"]), cells=tuple(w["cells"]), threads=1))
     oracle = NaiveWorld(w["dims"])
+    writers = WriterOracle()
     steps = []
-    for i, ((fields, error), answered) in enumerate(zip(scenario.steps, server_errors, strict=True)):
-        frame = {"seq": i + 1, "writer": ""}
-        frame.update({key: fields.get(key, b"").hex() for key in BULK_FIELDS})
+    for i, (step, answered) in enumerate(zip(scenario.steps, answers, strict=True)):
+        frame = {"seq": step.seq, "writer": step.writer}
+        frame.update({key: step.fields.get(key, b"").hex() for key in BULK_FIELDS})
         where = f"{scenario.name} step {i}"
+        error = step.error
+        rule, repeats = writers.before(step.writer, step.seq)
+        if (rule == "duplicate") != (step.same_as is not None) or (rule == "duplicate" and repeats != step.same_as):
+            raise SystemExit(f"{where}: the writers' rules make it {rule} {repeats}, the scenario says "
+                             f"same_as {step.same_as}")
+        if rule == "invalid" and (error is None or error[0] != INVALID_ARGUMENT):
+            raise SystemExit(f"{where}: a bad writer or seq 0 must be documented INVALID_ARGUMENT, not {error}")
+        if rule == "conflict" and (error is None or error[0] != FAILED_PRECONDITION):
+            raise SystemExit(f"{where}: a writer's seq out of order must be documented FAILED_PRECONDITION, "
+                             f"not {error}")
+        if step.same_as is not None:
+            first = answers[step.same_as]
+            if not isinstance(answered, bytes) or answered != first:
+                raise SystemExit(f"{where}: the server's answer {answered!r:.120} is not the Delta of step "
+                                 f"{step.same_as} byte for byte")
+            steps.append({"frame": frame, "expect": {"same_as_step": step.same_as}})
+            continue
         if error is not None:
             if answered != error:
-                raise SystemExit(f"{where}: the server answers {answered}, the documented error is {error}")
+                raise SystemExit(f"{where}: the server answers {answered!r:.120}, the documented error is {error}")
             steps.append({"frame": frame, "expect": {"error": {"code": error[0], "field": error[1],
                                                                "index": error[2]}}})
             continue
-        if answered is not None:
+        if not isinstance(answered, bytes):
             raise SystemExit(f"{where}: the server refused a good frame: {answered}")
-        arrays = _engine_arrays(fields, w["dims"])
+        arrays = _engine_arrays(step.fields, w["dims"])
         delta = world.step(**arrays)
         ref = oracle.step(**arrays)
         world.validate()
+        writers.applied_at(step.writer, step.seq, i)
         for what, got, want in (("created", delta.created, ref.created), ("deleted", delta.deleted, ref.deleted),
                                 ("pairs", world.pairs(), oracle.pairs())):
             if array_to_pairs(got) != array_to_pairs(want):
@@ -315,9 +450,9 @@ def build(scenario: Scenario, server_errors: list) -> dict:
             "final_pairs": _pairs_hex(world.pairs())}
 
 
-def server_errors(address: str, scenario: Scenario) -> list:
-    """Per step, the (code, field, index) of the server's error answer, or None for a delta: every frame
-    sent through one StreamFrames stream to a fresh world of the scenario's configuration."""
+def server_answers(address: str, scenario: Scenario) -> list:
+    """Per step, the server's answer: (code, field, index) of an error, or the Delta serialized (bytes);
+    every frame sent through one StreamFrames stream to a fresh world of the scenario's configuration."""
     import grpc
 
     from sapgrid.v1 import frame_pb2, sapgrid_service_pb2 as pb, sapgrid_service_pb2_grpc as pb_grpc, world_pb2
@@ -329,14 +464,16 @@ def server_errors(address: str, scenario: Scenario) -> list:
         stub.CreateWorld(pb.CreateWorldRequest(name=name, config=world_pb2.WorldConfig(
             dims=w["dims"], bounds=w["bounds"], cells=w["cells"], threads=1)), timeout=60)
         try:
-            requests = [pb.StreamFramesRequest(frame=frame_pb2.Frame(world=name, seq=i + 1, **fields))
-                        for i, (fields, _) in enumerate(scenario.steps)]
+            requests = [pb.StreamFramesRequest(frame=frame_pb2.Frame(world=name, seq=step.seq, writer=step.writer,
+                                                                     **step.fields))
+                        for step in scenario.steps]
             out = []
-            for resp in stub.StreamFrames(iter(requests), timeout=120):
+            # a long deadline: on a busy machine the first frames wait for the kernels to compile
+            for resp in stub.StreamFrames(iter(requests), timeout=900):
                 if resp.WhichOneof("result") == "error":
                     out.append((resp.error.code, resp.error.field, resp.error.index))
                 else:
-                    out.append(None)
+                    out.append(resp.delta.SerializeToString())
             return out
         finally:
             stub.DeleteWorld(pb.DeleteWorldRequest(name=name), timeout=60)
@@ -359,7 +496,7 @@ def generate(address: str) -> dict[str, str]:
     out = {}
     for make in SCENARIOS:
         scenario = make()
-        vector = build(scenario, server_errors(address, scenario))
+        vector = build(scenario, server_answers(address, scenario))
         out[f"{scenario.name}.json"] = render(vector)
     return out
 

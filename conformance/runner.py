@@ -3,17 +3,15 @@
 For each vector: create a uniquely named world from "world", send every step's frame (its seq as given,
 the world's name filled in, the bulk fields' exact bytes) through one StreamFrames stream, and compare
 each answer with "expect": the delta's created/deleted bytes exactly, its frame, objects, pairs and
-pairs_digest (the server's, and the runner's own kept from the deltas), or the error's code, field and index. Then ListPairs (every page, small pages) must give
-exactly "final_pairs". The world is deleted at the end. Raw generated stubs are used, so the bytes
-compared are the bytes on the wire.
+pairs_digest (the server's, and the runner's own kept from the deltas), or the error's code, field and
+index, or for a writer's duplicate ``{"same_as_step": K}`` the answer's Delta, serialized, byte for byte
+the Delta of step K (timings included: the first answer itself, not a new one; the runner's own digest
+does not move). Then ListPairs (every page, small pages) must give exactly "final_pairs". The world is
+deleted at the end. Raw generated stubs are used, so the bytes compared are the bytes on the wire.
 
     python conformance/runner.py --server 127.0.0.1:50051 [VECTOR.json ...]
 
 Exit status 0 when every vector matches, 1 otherwise (each mismatch printed on a line).
-
-Strict by default. ``--allow-zero-digest`` (``replay(..., allow_zero_digest=True)``) accepts a
-pairs_digest of 0 for a non-empty pair set, for servers from before Delta.pairs_digest was on the wire;
-every other value must still match.
 """
 from __future__ import annotations
 
@@ -58,7 +56,7 @@ def list_pairs(stub, world: str, page_size: int = PAGE_SIZE) -> bytes:
     raise RuntimeError("ListPairs: no last page after 1,000,000 pages")
 
 
-def replay(stub: pb_grpc.SapgridServiceStub, vector: dict, *, allow_zero_digest: bool = False) -> list[str]:
+def replay(stub: pb_grpc.SapgridServiceStub, vector: dict) -> list[str]:
     """Replay one vector on a fresh world; the mismatches (empty: the server conforms)."""
     name = f"conf-{vector['name']}-{uuid.uuid4().hex[:8]}"[:64]
     w = vector["world"]
@@ -68,12 +66,12 @@ def replay(stub: pb_grpc.SapgridServiceStub, vector: dict, *, allow_zero_digest:
     try:
         steps = vector["steps"]
         requests = [pb.StreamFramesRequest(frame=frame_message(step["frame"], name)) for step in steps]
-        answers = list(stub.StreamFrames(iter(requests), timeout=120))
+        answers = list(stub.StreamFrames(iter(requests), timeout=900))
         if len(answers) != len(steps):
             bad.append(f"{len(answers)} answers to {len(steps)} frames")
         digest = [0]
         for i, (step, resp) in enumerate(zip(steps, answers)):
-            bad += [f"step {i}: {m}" for m in compare(step, resp, allow_zero_digest, digest)]
+            bad += [f"step {i}: {m}" for m in compare(step, resp, digest, answers[:i])]
         final = list_pairs(stub, name)
         if final.hex() != vector["final_pairs"]:
             bad.append(f"ListPairs: {final.hex()!r} != {vector['final_pairs']!r}")
@@ -82,12 +80,24 @@ def replay(stub: pb_grpc.SapgridServiceStub, vector: dict, *, allow_zero_digest:
     return [f"{vector['name']}: {m}" for m in bad]
 
 
-def compare(step: dict, resp: pb.StreamFramesResponse, allow_zero_digest: bool, digest: list) -> list[str]:
+def compare(step: dict, resp: pb.StreamFramesResponse, digest: list, earlier: list) -> list[str]:
     """The mismatches of one answer. ``digest[0]``: the client's own pair digest, kept from the deltas
-    (``sapgrid.layout.digest_step``) and checked against the vector's too."""
+    (``sapgrid.layout.digest_step``) and checked against the vector's too. ``earlier``: the answers to
+    the steps before this one (a duplicate's Delta must be one of them, byte for byte)."""
     expect, seq = step["expect"], int(step["frame"].get("seq", 0))
     bad = [] if resp.seq == seq else [f"seq {resp.seq} != {seq}"]
     kind = resp.WhichOneof("result")
+    if "same_as_step" in expect:
+        k = int(expect["same_as_step"])
+        if not 0 <= k < len(earlier) or earlier[k].WhichOneof("result") != "delta":
+            return bad + [f"same_as_step {k}: not an earlier step answered with a delta"]
+        if kind != "delta":
+            return bad + [f"error {resp.error.code} {resp.error.field}[{resp.error.index}] ({resp.error.message}) "
+                          f"where the Delta of step {k} was expected again"]
+        if resp.delta.SerializeToString() != earlier[k].delta.SerializeToString():
+            bad.append(f"a Delta other than step {k}'s (frame {resp.delta.frame}, "
+                       f"created {resp.delta.created.hex()!r})")
+        return bad                  # answered again, not applied again: the pair digest does not move
     if "error" in expect:
         if kind != "error":
             return bad + [f"a delta where the error {expect['error']} was expected"]
@@ -102,7 +112,7 @@ def compare(step: dict, resp: pb.StreamFramesResponse, allow_zero_digest: bool, 
         if got != expect[key]:
             bad.append(f"{key} {got!r} != {expect[key]!r}")
     want = int(expect["pairs_digest"])
-    if d.pairs_digest != want and not (allow_zero_digest and d.pairs_digest == 0):
+    if d.pairs_digest != want:
         bad.append(f"pairs_digest {d.pairs_digest} != {want}")
     digest[0] = digest_step(digest[0], pairs_array(d.created), pairs_array(d.deleted))
     if digest[0] != want:
@@ -113,8 +123,6 @@ def compare(step: dict, resp: pb.StreamFramesResponse, allow_zero_digest: bool, 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Replay the conformance vectors against a sapgrid server.")
     ap.add_argument("--server", required=True, help="HOST:PORT")
-    ap.add_argument("--allow-zero-digest", action="store_true",
-                    help="accept pairs_digest 0 (servers without Delta.pairs_digest on the wire)")
     ap.add_argument("vectors", nargs="*", help="vector files (default: conformance/vectors/*.json)")
     args = ap.parse_args(argv)
     vectors = load(args.vectors)
@@ -122,7 +130,7 @@ def main(argv=None) -> int:
     with grpc.insecure_channel(args.server) as channel:
         stub = pb_grpc.SapgridServiceStub(channel)
         for vector in vectors:
-            bad = replay(stub, vector, allow_zero_digest=args.allow_zero_digest)
+            bad = replay(stub, vector)
             print(f"{'ok  ' if not bad else 'FAIL'} {vector['name']} ({len(vector['steps'])} frames)")
             for line in bad:
                 print("    " + line)

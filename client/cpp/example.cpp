@@ -6,10 +6,13 @@
 // frame, the mirror against its own brute force of the boxes it sent, and at the end ListPairs (every
 // page) against both. Exit status 0 when everything matches, 1 on a mismatch, 2 on a bad argument.
 //
-//   sapgrid_example --server 127.0.0.1:50051 [--frames 300] [--objects 200] [--window 4]
-//                   [--world NAME] [--allow-zero-digest]
+// --writer NAME streams exactly-once frames: the stream numbers them for that writer, and at the end the
+// last frame is sent again: it must be answered with the identical Delta (serialized, byte for byte)
+// and leave the world's frame counter, pairs and the writer's seq as they were. --keep-world leaves the
+// world on the server (default: deleted at the end).
 //
-// --allow-zero-digest accepts a pairs_digest of 0 (servers from before Delta.pairs_digest was on the wire).
+//   sapgrid_example --server 127.0.0.1:50051 [--frames 300] [--objects 200] [--window 4]
+//                   [--world NAME] [--writer NAME] [--keep-world]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -54,14 +57,14 @@ std::vector<sapgrid::Pair> brute_force(const std::vector<Body>& bodies) {
 }
 
 struct Args {
-  std::string server, world;
+  std::string server, world, writer;
   int frames = 300, objects = 200, window = 4;
-  bool allow_zero_digest = false;
+  bool keep_world = false;
 };
 
 int usage(const std::string& why) {
   std::cerr << "sapgrid_example: " << why << "\nusage: sapgrid_example --server HOST:PORT [--frames N] "
-            << "[--objects N] [--window N] [--world NAME] [--allow-zero-digest]\n";
+            << "[--objects N] [--window N] [--world NAME] [--writer NAME] [--keep-world]\n";
   return 2;
 }
 
@@ -82,14 +85,17 @@ bool parse(int argc, char** argv, Args* a, std::string* why) {
       a->server = argv[++i];
     } else if (k == "--world" && i + 1 < argc) {
       a->world = argv[++i];
+    } else if (k == "--writer" && i + 1 < argc) {
+      a->writer = argv[++i];
+      if (a->writer.empty()) return *why = "--writer needs a name", false;
+    } else if (k == "--keep-world") {
+      a->keep_world = true;
     } else if (k == "--frames") {
       if (!value(1, 1000000, &a->frames)) return false;
     } else if (k == "--objects") {
       if (!value(2, 100000, &a->objects)) return false;
     } else if (k == "--window") {
       if (!value(1, 64, &a->window)) return false;
-    } else if (k == "--allow-zero-digest") {
-      a->allow_zero_digest = true;
     } else {
       return *why = "unknown or incomplete argument " + k, false;
     }
@@ -181,35 +187,41 @@ int main(int argc, char** argv) {
     std::cerr << "sapgrid_example: FAIL: U64Rows' copy path differs from its in-place path\n";
     return 1;
   }
+  sapgrid::Client client(args.server);
+  bool created = false;
   try {
-    sapgrid::Client client(args.server);
     sapgrid::v1::WorldConfig config;
     config.set_dims(kDims);
     for (float v : {0.0f, 0.0f, kSize, kSize}) config.add_bounds(v);
     config.add_cells(8);
     config.add_cells(8);
     client.create_world(args.world, config);
+    created = true;
 
     Scene scene(args.objects, 7);
     std::set<sapgrid::Pair> mirror;
     uint64_t digest = 0, created_total = 0, deleted_total = 0, fields = 0, in_place = 0;
     std::string failure;
     std::deque<std::vector<Body>> sent;  // the bodies after each frame in flight
+    sapgrid::v1::StreamFramesRequest last_request;   // the last frame sent, and the Delta of its answer
+    std::string last_delta, resent;
     auto start = std::chrono::steady_clock::now();
     {
-      sapgrid::FrameStream stream = client.stream(args.world);
+      // With a writer, the stream gives each frame the writer and its next seq (1, 2, ... in a new world).
+      sapgrid::FrameStream stream = client.stream(args.world, args.writer);
       int next = 0, answered = 0;
       while (answered < args.frames && failure.empty()) {
         while (next < args.frames && stream.in_flight() < args.window) {
           sapgrid::v1::StreamFramesRequest req;
           req.mutable_frame()->set_world(args.world);
-          req.mutable_frame()->set_seq(static_cast<uint64_t>(next) + 1);
+          if (args.writer.empty()) req.mutable_frame()->set_seq(static_cast<uint64_t>(next) + 1);
           if (next == 0) {
             scene.first_frame(req.mutable_frame());
           } else {
             scene.next_frame(next, req.mutable_frame());
           }
           stream.send(req);
+          if (next + 1 == args.frames) last_request = req;
           sent.push_back(scene.bodies());
           ++next;
         }
@@ -242,15 +254,36 @@ int main(int argc, char** argv) {
         } else if (!std::equal(truth.begin(), truth.end(), mirror.begin(), mirror.end())) {
           failure = "the pairs of the deltas differ from the brute force (" + std::to_string(mirror.size()) +
                     " vs " + std::to_string(truth.size()) + ")";
-        } else if (d.pairs_digest() != digest && !(args.allow_zero_digest && d.pairs_digest() == 0)) {
+        } else if (d.pairs_digest() != digest) {
           failure = "pairs_digest " + std::to_string(d.pairs_digest()) + " != " + std::to_string(digest);
         }
         if (!failure.empty()) failure = "frame " + std::to_string(k + 1) + ": " + failure;
+        if (answered == args.frames) last_delta = d.SerializeAsString();
+      }
+      if (!args.writer.empty() && failure.empty()) {
+        // The last frame again: answered with its first Delta, byte for byte; nothing applied again.
+        sapgrid::v1::StreamFramesResponse again = stream.step(last_request);
+        resent = again.delta().SerializeAsString();
+        if (resent != last_delta) {
+          failure = "the last frame sent again got another Delta (frame " + std::to_string(again.delta().frame()) +
+                    ", " + std::to_string(resent.size()) + " bytes; first: " + std::to_string(last_delta.size()) + ")";
+        }
       }
       stream.close();
     }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
+    if (!args.writer.empty() && failure.empty()) {
+      const sapgrid::v1::WorldStats stats = client.get_world(args.world).stats();
+      const auto at = stats.writers().find(args.writer);
+      if (stats.frames() != static_cast<uint64_t>(args.frames) || at == stats.writers().end() ||
+          at->second != static_cast<uint64_t>(args.frames) || stats.pairs_digest() != digest) {
+        failure = "after the last frame sent again: " + std::to_string(stats.frames()) + " frames, writer at seq " +
+                  (at == stats.writers().end() ? std::string("none") : std::to_string(at->second)) +
+                  ", pairs digest " + std::to_string(stats.pairs_digest()) + " (expected " +
+                  std::to_string(args.frames) + ", " + std::to_string(args.frames) + ", " + std::to_string(digest) + ")";
+      }
+    }
     std::string listed = client.list_pairs(args.world, 64);
     sapgrid::U64Rows rows = sapgrid::pair_rows(listed);
     std::vector<sapgrid::Pair> final_pairs;
@@ -260,7 +293,10 @@ int main(int argc, char** argv) {
       failure = "ListPairs (" + std::to_string(final_pairs.size()) + " pairs) differs from the brute force (" +
                 std::to_string(truth.size()) + ") or the deltas (" + std::to_string(mirror.size()) + ")";
     }
-    client.delete_world(args.world);
+    if (!args.keep_world) {
+      client.delete_world(args.world);
+      created = false;
+    }
     if (!failure.empty()) {
       std::cerr << "sapgrid_example: FAIL: " << failure << "\n";
       return 1;
@@ -271,10 +307,22 @@ int main(int argc, char** argv) {
                 args.frames, scene.bodies().size(), seconds, args.frames / seconds, args.window,
                 static_cast<unsigned long long>(created_total), static_cast<unsigned long long>(deleted_total),
                 final_pairs.size(), static_cast<unsigned long long>(in_place), static_cast<unsigned long long>(fields));
+    if (!args.writer.empty()) {
+      std::printf("sapgrid_example: writer %s: frame %d sent again: the identical Delta (%zu bytes), world still at "
+                  "%d frames\n", args.writer.c_str(), args.frames, resent.size(), args.frames);
+    }
     return 0;
   } catch (const sapgrid::Error& e) {
     std::cerr << "sapgrid_example: FAIL: " << e.what() << " (code " << e.code
-              << (e.field.empty() ? "" : ", field " + e.field + "[" + std::to_string(e.index) + "]") << ")\n";
+              << (e.field.empty() ? "" : ", field " + e.field) << (e.index >= 0 ? "[" + std::to_string(e.index) + "]" : "")
+              << ")\n";
+    if (created && !args.keep_world) {
+      try {
+        client.delete_world(args.world);  // the world this run made goes with it
+      } catch (const sapgrid::Error& gone) {
+        std::cerr << "sapgrid_example: the world " << args.world << " is left: " << gone.what() << "\n";
+      }
+    }
     return 1;
   }
 }
