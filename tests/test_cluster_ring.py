@@ -125,8 +125,13 @@ def test_deployed_proxy_configs_are_the_generated_ones(tmp_path, where, members,
     write_proxy_config(members, ":8443", tmp_path, "/usr/local/etc/haproxy/buckets.map", admin)
     for name in ("haproxy.cfg", "buckets.map"):
         assert (root / "proxy" / where / name).read_text() == (tmp_path / name).read_text(), name
-    replicas = (root / ("compose.cluster.yaml" if where == "compose" else "k8s/cluster/proxy-replicas.yaml")).read_text()
-    assert members in replicas
+    if where == "compose":                    # the replicas read the member file mounted from deploy/cluster-members
+        compose = (root / "compose.cluster.yaml").read_text()
+        assert compose.count('"./cluster-members:/etc/sapgrid/members:ro"') == 3
+        assert 'SAPGRID_CLUSTER_MEMBERS: "@/etc/sapgrid/members/members"' in compose
+        assert cluster.read_members(str(root / "cluster-members" / "members")) == cluster.parse_members(members)
+    else:
+        assert members in (root / "k8s/cluster/proxy-replicas.yaml").read_text()
 
 
 def test_member_list_file_is_read_again_when_it_changes(tmp_path, caplog):
