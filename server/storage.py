@@ -43,6 +43,7 @@ the offset, and that world is not served (the others are).
 """
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import logging
@@ -71,6 +72,41 @@ RECORD_HEADER = _RECORD.size
 _SNAP_RE = re.compile(r"^snap-(\d{20})\.snap$")
 _LOG_RE = re.compile(r"^log-(\d{20})\.wal$")
 WORLD_PREFIX = "w-"
+SYNC_PERIOD_S = 1.0                        # --fsync everysec: every log with new records fsynced this often
+WRITEBACK_PERIOD_S = 0.1                   # and, between, its new records' writeback started this often
+WRITEBACK_BYTES = 256 << 10                # once at least this much is new
+SNAPSHOT_RATIO = 4                         # a log is cut at --snapshot-bytes, or at this many times the world's
+                                           # last snapshot if more: snapshots write at most ~1/4 of the log's bytes
+
+
+def _libc_sync_file_range():
+    """Linux's ``sync_file_range(2)`` (not in the ``os`` module), or None where the C library has none."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNC_FILE_RANGE = _libc_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2                 # <linux/fs.h>: start writeback of the dirty pages, do not wait
+
+
+def start_writeback(fd: int) -> None:
+    """Start the kernel's writeback of ``fd``'s dirty pages now, without waiting for it (Linux; elsewhere
+    nothing): the log reaches the disk in small pieces as it grows, instead of one burst per fsync."""
+    if _SYNC_FILE_RANGE is not None and _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def drop_cache(fd: int) -> None:
+    """Drop ``fd``'s clean pages from the page cache: a log is read back only by a recovery, so its synced
+    pages would only crowd out the pages of everything else on the machine."""
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 class FileOps:
@@ -82,6 +118,8 @@ class FileOps:
     datasync = staticmethod(os.fdatasync)      # the logs: their data and size, not their times
     ftruncate = staticmethod(os.ftruncate)
     close = staticmethod(os.close)
+    start_writeback = staticmethod(start_writeback)
+    drop_cache = staticmethod(drop_cache)
 
 
 def _snap_name(n: int) -> str:
@@ -118,12 +156,14 @@ class WorldLog:
         self.sync_always = storage.fsync == "always"
         self.written = 0              # bytes appended since open (only grows): positions for wait_synced
         self.synced = 0               # of those, on disk
+        self.kicked = 0               # of those, writeback started (everysec, between the fsyncs)
         self.sync_error: str | None = None     # of the last fsync attempt
         self.sync_attempts = 0
         self.broken = False           # a failed write could not be cut back: cut it before the next append
         self.closed = False
         self.snapshotting = False     # a snapshot of this world is being written
         self.cut_at = storage.snapshot_bytes    # the log size at which it is cut next
+        self.snapshot_size = 0        # bytes of the world's last snapshot written
         self.retired: list[int] = []  # fds of cut logs, fsynced and closed by the syncer
         self.dir_dirty = False        # a file was created in the world's directory
         self.lock = threading.Lock()  # fd/retired/closed against the syncer and deletion
@@ -198,7 +238,7 @@ class WorldLog:
 
     def applied(self, runner) -> None:
         """After a frame: past ``--snapshot-bytes``, cut the log and snapshot the world (written outside)."""
-        if self.size < self.cut_at or self.snapshotting:
+        if self.size < max(self.cut_at, SNAPSHOT_RATIO * self.snapshot_size) or self.snapshotting:
             return
         try:
             state = runner.state()
@@ -234,6 +274,7 @@ class WorldLog:
         n = state.frames
         data = snapshot.encode(state)
         _write_durably(self.io, self.path, _snap_name(n), data)
+        self.snapshot_size = len(data)
         with self.lock:
             if self.closed:
                 return
@@ -338,16 +379,28 @@ class Syncer:
         return [w for w in self.logs if w.synced < w.written or w.retired or w.dir_dirty]
 
     def _run(self) -> None:
+        next_sync = time.monotonic() + SYNC_PERIOD_S
         while True:
             with self.cond:
                 if self.mode == "always":
                     while not self.stopping and not self._dirty():
                         self.cond.wait(1.0)
                 else:
-                    self.cond.wait_for(lambda: self.stopping, 1.0)
+                    self.cond.wait_for(lambda: self.stopping, WRITEBACK_PERIOD_S)
                 if self.stopping:
                     return
-                work = [(w, w.written) for w in self._dirty()]
+                if self.mode == "everysec" and time.monotonic() < next_sync:
+                    kick = [w for w in self.logs if w.written - w.kicked >= WRITEBACK_BYTES and not w.closed]
+                    for w in kick:
+                        w.kicked = w.written
+                else:
+                    kick = None
+                    next_sync = time.monotonic() + SYNC_PERIOD_S
+                    work = [(w, w.written) for w in self._dirty()]
+            if kick is not None:                    # between the fsyncs: writeback started, not waited for
+                for w in kick:
+                    self._start_writeback(w)
+                continue
             failed = False
             for w, upto in work:
                 failed |= not self._sync(w, upto)
@@ -355,6 +408,22 @@ class Syncer:
                 self.cond.notify_all()
                 if failed:                          # an I/O error: retry, not in a tight loop
                     self.cond.wait_for(lambda: self.stopping, 0.2)
+
+    def _start_writeback(self, w: WorldLog) -> None:
+        with w.lock:
+            if w.closed:
+                return
+            fd = w.fd
+        try:
+            self.io.start_writeback(fd)
+        except OSError as exc:               # only a hint: the next fsync writes it all the same
+            log.debug("world %r: writeback of its log not started: %s", w.name, _reason(exc))
+
+    def _drop_cache(self, w: WorldLog, fd: int) -> None:
+        try:
+            self.io.drop_cache(fd)
+        except OSError as exc:               # only a hint
+            log.debug("world %r: its synced log stays in the page cache: %s", w.name, _reason(exc))
 
     def _sync(self, w: WorldLog, upto: int) -> bool:
         """Fsync ``w`` (its cut logs first); False on an I/O error."""
@@ -367,6 +436,7 @@ class Syncer:
         try:
             while retired:                          # a cut log's last records first
                 self.io.datasync(retired[0])
+                self._drop_cache(w, retired[0])
                 self.io.close(retired.pop(0))       # taken off the list first: never closed twice
             if dir_dirty:
                 _fsync_dir(w.path)
@@ -374,6 +444,8 @@ class Syncer:
             self.io.datasync(fd)
             if self.metrics is not None:
                 self.metrics.fsync_seconds.observe(time.perf_counter() - t0)
+            if self.mode != "always":               # (under always, a group commit's wait stays short)
+                self._drop_cache(w, fd)
         except OSError as exc:
             if w.closed:
                 return True
