@@ -6,6 +6,7 @@ Files (README "Durability")::
     DIR/LOCK                              held (flock) by the one server using DIR
     DIR/worlds/w-NAME/snap-N.snap         the world after its frame N (server/snapshot.py format)
     DIR/worlds/w-NAME/log-N.wal           the frames N+1, N+2, ... as received, one record each
+    DIR/worlds/w-NAME/FROZEN              present while the world is frozen (FreezeWorld), fsynced
 
 A log record: ``magic | payload length u32 | CRC32C of the payload u32 | payload``, payload =
 ``frame number u64 | seq u64 | writer length u8 | writer | body``. Magic ``b"SGWR"``: a frame, the body is
@@ -69,6 +70,7 @@ ANSWER_MAGIC = b"SGWA"                      # a writer's frame's answer: the ser
 _RECORD = struct.Struct("<4sII")           # magic, payload length, CRC32C of the payload
 _PAYLOAD = struct.Struct("<QQB")           # frame number, seq, writer length
 RECORD_HEADER = _RECORD.size
+FROZEN_FILE = "FROZEN"                     # in a world's directory: the world is frozen (FreezeWorld)
 _SNAP_RE = re.compile(r"^snap-(\d{20})\.snap$")
 _LOG_RE = re.compile(r"^log-(\d{20})\.wal$")
 WORLD_PREFIX = "w-"
@@ -260,6 +262,21 @@ class WorldLog:
         if self.storage.fsync == "no":
             self.io.close(old)
         self.storage.enqueue_snapshot(self, state)
+
+    def set_frozen(self, frozen: bool) -> None:
+        """FreezeWorld: the world's flag, on disk before it is answered (``FROZEN`` in its directory, made
+        durably or removed and the directory fsynced), so that a crash never thaws a world being moved.
+        Raises Unavailable (nothing changed) if it cannot be written."""
+        file = os.path.join(self.path, FROZEN_FILE)
+        try:
+            if frozen and not os.path.exists(file):
+                _write_durably(self.io, self.path, FROZEN_FILE, b"frozen\n")
+            elif not frozen and os.path.exists(file):
+                os.unlink(file)
+                _fsync_dir(self.path)
+        except OSError as exc:
+            raise Unavailable(f"world {self.name!r}: its frozen flag cannot be written in the data directory "
+                              f"({_reason(exc)}); the world is not {'frozen' if frozen else 'unfrozen'}") from None
 
     def sync_point(self):
         """What an answer waits for under --fsync always: everything written so far on disk."""
@@ -687,6 +704,7 @@ class Storage:
             m = _SNAP_RE.match(f) or _LOG_RE.match(f)
             if m and int(m.group(1)) < state.frames:
                 _unlink(os.path.join(path, f))
+        runner.frozen = os.path.exists(os.path.join(path, FROZEN_FILE))       # a move in progress stays frozen
         runner.log = self._attach(name, path, base, fd, size)
         return runner
 

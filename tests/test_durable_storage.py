@@ -569,3 +569,73 @@ def test_a_refused_frames_record_left_in_the_log_is_refused_again_by_the_replay(
     s = durable(tmp_path)
     check_world(stubs(s.address), "left", sc, 2, {"m1": 2})
     s.stop()
+
+
+def test_a_frozen_world_stays_frozen_after_kill_9_and_an_unfrozen_one_thaws(tmp_path, stubs):
+    data = tmp_path / "data"
+    sc = Scene(21, n=200)
+    proc, address = _spawn(data, "--fsync", "everysec")
+    try:
+        stub = stubs(address)
+        for name in ("moving", "staying"):
+            create(stub, name, side=80.0)
+            apply(stub, name, 1, "m1", **sc.first())
+        frozen = stub.FreezeWorld(pb.FreezeWorldRequest(name="moving", frozen=True), timeout=60).world
+        assert frozen.stats.frozen
+        assert "FROZEN" in world_files(tmp_path, "moving") and "FROZEN" not in world_files(tmp_path, "staying")
+        os.kill(proc.pid, signal.SIGKILL)                   # a move in progress: the server dies
+    finally:
+        proc.kill()
+        proc.wait(30)
+    proc, address = _spawn(data, "--fsync", "everysec")
+    try:
+        stub = stubs(address)
+        assert info(stub, "moving").stats.frozen and not info(stub, "staying").stats.frozen
+        code, msg = code_of(lambda: apply(stub, "moving", 2, "m1", **sc.move()))
+        assert code == grpc.StatusCode.UNAVAILABLE and "frozen" in msg
+        assert info(stub, "moving").stats.frames == 1                       # refused, nothing applied
+        assert apply(stub, "staying", 2, "m1", **sc.move()).frame == 2
+        stub.FreezeWorld(pb.FreezeWorldRequest(name="moving", frozen=False), timeout=60)
+        assert "FROZEN" not in world_files(tmp_path, "moving")
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(30)
+    proc, address = _spawn(data, "--fsync", "everysec")
+    try:
+        stub = stubs(address)
+        assert not info(stub, "moving").stats.frozen
+        assert apply(stub, "moving", 2, "m1", **sc.move()).frame == 2
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+class NoDirectory(storage_mod.FileOps):
+    """Every new file fails (a full disk) once ``fail`` is set."""
+
+    fail = False
+
+    def open(self, path, flags, mode=0o777):
+        if self.fail and flags & os.O_CREAT:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.open(path, flags, mode)
+
+
+def test_a_freeze_that_cannot_be_written_is_unavailable_and_leaves_the_world_unfrozen(tmp_path, stubs):
+    ops = NoDirectory()
+    s = durable(tmp_path)
+    try:
+        s.app.registry.storage.io = ops
+        stub = stubs(s.address)
+        create(stub, "f", side=80.0)
+        s.app.registry.worlds["f"].log.io = ops
+        ops.fail = True
+        code, msg = code_of(lambda: stub.FreezeWorld(pb.FreezeWorldRequest(name="f", frozen=True), timeout=60))
+        assert code == grpc.StatusCode.UNAVAILABLE and "No space left" in msg and "not frozen" in msg
+        assert not info(stub, "f").stats.frozen and "FROZEN" not in world_files(tmp_path, "f")
+        assert not [f for f in world_files(tmp_path, "f") if f.endswith(".tmp")]
+        ops.fail = False
+        assert stub.FreezeWorld(pb.FreezeWorldRequest(name="f", frozen=True), timeout=60).world.stats.frozen
+    finally:
+        s.stop()
