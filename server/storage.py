@@ -693,6 +693,7 @@ class Storage:
         except Exception as exc:
             raise RecoveryError(f"its snapshot {path}/{_snap_name(state.frames)} does not make a world ({exc})") \
                 from None
+        runner.rejected = 0          # refusals are not logged: counted since the server started (WorldStats)
         try:
             base, size, fd = self._replay(runner, path, [b for b in logs if b >= state.frames], state.frames)
         except Exception as exc:

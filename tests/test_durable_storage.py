@@ -639,3 +639,28 @@ def test_a_freeze_that_cannot_be_written_is_unavailable_and_leaves_the_world_unf
         assert stub.FreezeWorld(pb.FreezeWorldRequest(name="f", frozen=True), timeout=60).world.stats.frozen
     finally:
         s.stop()
+
+
+def test_frames_rejected_counts_since_the_server_started_and_recovery_starts_it_at_zero(tmp_path, stubs):
+    s = durable(tmp_path, snapshot_bytes=4096)
+    stub = stubs(s.address)
+    create(stub, "rj", side=80.0)
+    sc = Scene(31, n=100)
+    apply(stub, "rj", 1, "m1", **sc.first())
+    for _ in range(3):                                            # a gap: refused, counted
+        code, _ = code_of(lambda: apply(stub, "rj", 40, "m1", **sc.move()))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION
+    for seq in range(2, 12):
+        apply(stub, "rj", seq, "m1", **sc.move(20))              # the log is cut and snapshotted meanwhile
+    assert s.app.registry.storage.wait_snapshots()
+    assert len([f for f in world_files(tmp_path, "rj") if f.endswith(".snap")]) == 1
+    assert min(world_files(tmp_path, "rj")) > "log-00000000000000000001"     # the snapshot holds the 3
+    assert info(stub, "rj").stats.frames_rejected == 3
+    s.stop()
+    s = durable(tmp_path, snapshot_bytes=4096)
+    stub = stubs(s.address)
+    st = info(stub, "rj").stats
+    assert st.frames == 11 and st.frames_rejected == 0
+    code, _ = code_of(lambda: apply(stub, "rj", 40, "m1", **sc.move()))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and info(stub, "rj").stats.frames_rejected == 1
+    s.stop()
