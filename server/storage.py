@@ -55,6 +55,7 @@ import struct
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import google_crc32c
@@ -77,6 +78,10 @@ WORLD_PREFIX = "w-"
 SYNC_PERIOD_S = 1.0                        # --fsync everysec: every log with new records fsynced this often
 WRITEBACK_PERIOD_S = 0.1                   # and, between, its new records' writeback started this often
 WRITEBACK_BYTES = 256 << 10                # once at least this much is new
+# worlds recovered at a time: a world's replay is mostly Python (one core, the GIL) and its kernels use the
+# engine's threads, so on 2 cores two at a time were slower (0.85x, ``recovery_of_many`` in
+# tools/bench_durable.py); a core pair per world beyond that
+RECOVERY_WORKERS = max(1, min(4, (os.cpu_count() or 1) // 2))
 SNAPSHOT_RATIO = 4                         # a log is cut at --snapshot-bytes, or at this many times the world's
                                            # last snapshot if more: snapshots write at most ~1/4 of the log's bytes
 
@@ -640,9 +645,13 @@ class Storage:
             pass
 
     # ---- recovery --------------------------------------------------------------------------------
-    def recover(self, registry) -> Recovered:
-        """Every world of the directory, back in ``registry`` as it was after its last answered frame."""
-        done, failed = [], {}
+    def recover(self, registry, workers: int | None = None) -> Recovered:
+        """Every world of the directory, back in ``registry`` as it was after its last answered frame.
+
+        Worlds recover independently, ``workers`` at a time (default ``RECOVERY_WORKERS``: the engine's
+        batch insert and replayed steps release the GIL, so while one world decodes its snapshot or a
+        frame another one's kernels run)."""
+        todo = []
         for entry in sorted(os.listdir(self.worlds_dir)):
             path = os.path.join(self.worlds_dir, entry)
             if entry.startswith(".") and os.path.isdir(path):       # a creation or deletion cut short
@@ -650,17 +659,28 @@ class Storage:
                 continue
             if not entry.startswith(WORLD_PREFIX) or not os.path.isdir(path):
                 continue
-            name = entry[len(WORLD_PREFIX):]
+            todo.append((entry[len(WORLD_PREFIX):], path))
+
+        def one(item):
+            name, path = item
             t0 = time.perf_counter()
             try:
                 runner = self._recover_world(registry, name, path)
             except RecoveryError as exc:
-                failed[name] = str(exc)
                 log.error("world %r is not served: %s", name, exc)
-                continue
-            done.append(name)
+                return name, str(exc)
             log.info("world %r recovered: %d objects, %d frames, %d pairs in %.3f s", name, runner.objects,
                      runner.frames, runner.pairs, time.perf_counter() - t0)
+            return name, None
+
+        workers = max(1, min(workers or RECOVERY_WORKERS, len(todo)))
+        if workers > 1:
+            with ThreadPoolExecutor(workers, thread_name_prefix="sapgrid-recovery") as pool:
+                results = list(pool.map(one, todo))
+        else:
+            results = [one(item) for item in todo]
+        done = [name for name, error in results if error is None]
+        failed = {name: error for name, error in results if error is not None}
         if self.metrics is not None:
             self.metrics.worlds_unrecovered.set(len(failed))
         return Recovered(done, failed)

@@ -180,6 +180,76 @@ def snapshot_in_process(n: int, ticks: int, seed: int) -> dict:
                 restore_ticks=float(np.median(restore)) / tick)
 
 
+def make_worlds(root: str, worlds: int, lo: int, hi: int, frames: int, seed: int) -> int:
+    """``worlds`` worlds of ``lo``..``hi`` objects (evenly spread) in a data directory, each with its first
+    snapshot and ``frames`` logged frames moving a tenth of its objects; the objects in all."""
+    from sapgrid.layout import config_message
+    from sapgrid.server import protocol
+    from sapgrid.server.metrics import Metrics
+    from sapgrid.server.registry import Caller, Registry
+    from sapgrid.server.storage import Storage
+
+    rng = np.random.default_rng(seed)
+    reg = Registry(Metrics(), max_worlds=worlds + 1)
+    reg.storage = storage = Storage(root, "no")
+    caller, total = Caller(), 0
+
+    def step(name, seq, **arrays):
+        req = bs.pb.ApplyFrameRequest()
+        bs.encode_frame(name, seq, **arrays, into=req.frame)
+        raw = req.SerializeToString()
+        runner.apply(protocol.frame_arrays(protocol.read_frame(raw), 2), seq, time.perf_counter(), caller, raw=raw)
+
+    try:
+        for k in range(worlds):
+            n = int(lo + (hi - lo) * k / max(1, worlds - 1))
+            name, side = f"w{k:03d}", float(np.sqrt(n) * 4)
+            runner = reg.create(name, protocol.world_config(config_message(dims=2, bounds=(0, 0, side, side),
+                                                                           expected_objects=n)), n)
+            lows = rng.random((n, 2), np.float32) * side
+            boxes = np.hstack([lows, lows + 1 + rng.random((n, 2), np.float32)])
+            step(name, 1, add_ids=np.arange(n, dtype=np.uint64), add_boxes=boxes)
+            for seq in range(2, frames + 2):
+                moved = rng.choice(n, n // 10, replace=False)
+                boxes[moved, :2] = rng.random((len(moved), 2), np.float32) * side
+                boxes[moved, 2:] = boxes[moved, :2] + 1
+                step(name, seq, update_ids=moved.astype(np.uint64), update_boxes=boxes[moved])
+            total += n
+    finally:
+        storage.close()
+    return total
+
+
+def recovery_of_many(worlds: int = 64, lo: int = 1000, hi: int = 10_000, frames: int = 20, rounds: int = 2,
+                     seed: int = 1, workers: int = 0) -> dict:
+    """Recovery of a data directory of ``worlds`` worlds (in process, ``Storage.recover``), one world at a time
+    against ``workers`` at a time (default: the server's ``RECOVERY_WORKERS``, at least 2), the two taken in
+    turn for ``rounds`` rounds: seconds (medians)."""
+    from sapgrid.server.metrics import Metrics
+    from sapgrid.server.registry import Registry
+    from sapgrid.server.storage import RECOVERY_WORKERS, Storage
+
+    many = workers or max(2, RECOVERY_WORKERS)
+    times: dict = {1: [], many: []}
+    with tempfile.TemporaryDirectory(prefix="sapgrid-bench-") as tmp:
+        objects = make_worlds(tmp, worlds, lo, hi, frames, seed)
+        for k in range(rounds):
+            for w in (1, many) if k % 2 == 0 else (many, 1):
+                reg = Registry(Metrics(), max_worlds=worlds + 1)
+                reg.storage = storage = Storage(tmp, "no")
+                try:
+                    t0 = time.perf_counter()
+                    rec = storage.recover(reg, w)
+                    times[w].append(time.perf_counter() - t0)
+                finally:
+                    storage.close()
+                assert len(rec.worlds) == worlds and not rec.failed, rec.failed
+    seq, conc = float(np.median(times[1])), float(np.median(times[many]))
+    return dict(worlds=worlds, objects=objects, frames=frames, workers=many, default_workers=RECOVERY_WORKERS,
+                sequential_s=seq,
+                concurrent_s=conc, speedup=seq / conc, runs={str(w): t for w, t in times.items()})
+
+
 def recovery_after_kill(tr: dict, init, frames, window: int, kill_after: int, snapshot_bytes: int) -> dict:
     """Stream crowd2d-100k into an everysec server, kill -9 it mid-run, restart it: recovery seconds."""
     with tempfile.TemporaryDirectory(prefix="sapgrid-bench-") as tmp:
@@ -278,6 +348,9 @@ def run(args) -> int:
     print(f"kill -9 of a server streaming crowd2d-{n2}, then recovery...", flush=True)
     rec = recovery_after_kill(tr, init, frames, args.window, min(30, len(frames) - 5), snap_bytes)
 
+    print("recovery of 64 worlds of 1,000-10,000 objects (in process), one at a time and concurrently...", flush=True)
+    many = recovery_of_many(rounds=rounds, seed=seed)
+
     med = {m: {k: float(np.median(v)) if v else float("nan") for k, v in r.items()} for m, r in results.items()}
     rtt_ratio = med["everysec"]["rtt"] / med["memory"]["rtt"]
     always_ratio = med["always"]["rtt"] / med["memory"]["rtt"]
@@ -317,9 +390,13 @@ def run(args) -> int:
           f"{rec['recovery_s']:.2f} s | < 2 s | {ok(checks['recovery'])} |")
     print(f"| restart to SERVING after the kill / with an empty data dir | {rec['restart_to_serving_s']:.2f} / "
           f"{rec['empty_start_s']:.2f} s | | |")
+    print(f"| recovery of {many['worlds']} worlds ({many['objects']} objects, {many['frames'] + 1} logged frames each): "
+          f"1 / {many['workers']} at a time | {many['sequential_s']:.2f} / {many['concurrent_s']:.2f} s = "
+          f"{many['speedup']:.2f}x (the server recovers {many['default_workers']} at a time here) | | |")
     if getattr(args, "json", False):
         print(json.dumps(dict(bench="sapgrid-durable", medians=med, rtt_ratio=rtt_ratio, always_ratio=always_ratio,
                               fps_ratio=fps_ratio, fps_ratios=fps_ratios,
-                              cpu_ratio=cpu_ratio, cpu_ratios=cpu_ratios, disk_max_bytes=disk, snapshot=snap, recovery=rec, checks=checks,
+                              cpu_ratio=cpu_ratio, cpu_ratios=cpu_ratios, disk_max_bytes=disk, snapshot=snap, recovery=rec,
+                              recovery_of_many=many, checks=checks,
                               runs=results)))
     return 0
