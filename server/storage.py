@@ -649,8 +649,8 @@ class Storage:
         """Every world of the directory, back in ``registry`` as it was after its last answered frame.
 
         Worlds recover independently, ``workers`` at a time (default ``RECOVERY_WORKERS``: the engine's
-        batch insert and replayed steps release the GIL, so while one world decodes its snapshot or a
-        frame another one's kernels run)."""
+        kernels release the GIL, so while one world decodes its snapshot or a frame another one's kernels
+        can run, where there are cores for both). Returns once every world is done (or failed)."""
         todo = []
         for entry in sorted(os.listdir(self.worlds_dir)):
             path = os.path.join(self.worlds_dir, entry)
