@@ -82,8 +82,6 @@ WRITEBACK_BYTES = 256 << 10                # once at least this much is new
 # engine's threads, so on 2 cores two at a time were slower (0.85x, ``recovery_of_many`` in
 # tools/bench_durable.py); a core pair per world beyond that
 RECOVERY_WORKERS = max(1, min(4, (os.cpu_count() or 1) // 2))
-SNAPSHOT_RATIO = 4                         # a log is cut at --snapshot-bytes, or at this many times the world's
-                                           # last snapshot if more: snapshots write at most ~1/4 of the log's bytes
 
 
 def _libc_sync_file_range():
@@ -170,7 +168,6 @@ class WorldLog:
         self.closed = False
         self.snapshotting = False     # a snapshot of this world is being written
         self.cut_at = storage.snapshot_bytes    # the log size at which it is cut next
-        self.snapshot_size = 0        # bytes of the world's last snapshot written
         self.retired: list[int] = []  # fds of cut logs, fsynced and closed by the syncer
         self.dir_dirty = False        # a file was created in the world's directory
         self.lock = threading.Lock()  # fd/retired/closed against the syncer and deletion
@@ -245,7 +242,7 @@ class WorldLog:
 
     def applied(self, runner) -> None:
         """After a frame: past ``--snapshot-bytes``, cut the log and snapshot the world (written outside)."""
-        if self.size < max(self.cut_at, SNAPSHOT_RATIO * self.snapshot_size) or self.snapshotting:
+        if self.size < self.cut_at or self.snapshotting:
             return
         try:
             state = runner.state()
@@ -296,7 +293,6 @@ class WorldLog:
         n = state.frames
         data = snapshot.encode(state)
         _write_durably(self.io, self.path, _snap_name(n), data)
-        self.snapshot_size = len(data)
         with self.lock:
             if self.closed:
                 return
