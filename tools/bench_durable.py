@@ -394,13 +394,13 @@ def run(args) -> int:
           f"{rec['recovery_s']:.2f} s | < 2 s | {ok(checks['recovery'])} |")
     print(f"| restart to SERVING after the kill / with an empty data dir | {rec['restart_to_serving_s']:.2f} / "
           f"{rec['empty_start_s']:.2f} s | | |")
-    print(f"| recovery of {many['worlds']} worlds ({many['objects']} objects, {many['frames'] + 1} logged frames each): "
-          f"1 / {many['workers']} at a time | {many['sequential_s']:.2f} / {many['concurrent_s']:.2f} s = "
+    print(f"| recovery of {many['worlds']} worlds ({many['objects']} objects, {many['frames'] + 1} logged frames "
+          f"each): 1 / {many['workers']} at a time | {many['sequential_s']:.2f} / {many['concurrent_s']:.2f} s = "
           f"{many['speedup']:.2f}x (the server recovers {many['default_workers']} at a time here) | | |")
     if getattr(args, "json", False):
         print(json.dumps(dict(bench="sapgrid-durable", medians=med, rtt_ratio=rtt_ratio, always_ratio=always_ratio,
                               fps_ratio=fps_ratio, fps_ratios=fps_ratios, rtt_ratios=rtt_ratios,
-                              cpu_ratio=cpu_ratio, cpu_ratios=cpu_ratios, disk_max_bytes=disk, snapshot=snap, recovery=rec,
-                              recovery_of_many=many, checks=checks,
+                              cpu_ratio=cpu_ratio, cpu_ratios=cpu_ratios, disk_max_bytes=disk, snapshot=snap,
+                              recovery=rec, recovery_of_many=many, checks=checks,
                               runs=results)))
     return 0
