@@ -107,11 +107,20 @@ def start_writeback(fd: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
-def drop_cache(fd: int) -> None:
-    """Drop ``fd``'s clean pages from the page cache: a log is read back only by a recovery, so its synced
-    pages would only crowd out the pages of everything else on the machine."""
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def drop_cache(fd: int, end: int = 0) -> None:
+    """Drop ``fd``'s clean pages from the page cache, those before byte ``end`` (rounded down to a page: the
+    page the log's next record goes on stays, or that write would first read it back from the disk; 0:
+    the whole file). A log is read back only by a recovery, so its synced pages would only crowd out the
+    pages of everything else on the machine."""
+    if end:
+        end -= end % _PAGE
+        if not end:
+            return
     if hasattr(os, "posix_fadvise"):
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(fd, 0, end, os.POSIX_FADV_DONTNEED)
 
 
 class FileOps:
@@ -437,9 +446,9 @@ class Syncer:
         except OSError as exc:               # only a hint: the next fsync writes it all the same
             log.debug("world %r: writeback of its log not started: %s", w.name, _reason(exc))
 
-    def _drop_cache(self, w: WorldLog, fd: int) -> None:
+    def _drop_cache(self, w: WorldLog, fd: int, end: int = 0) -> None:
         try:
-            self.io.drop_cache(fd)
+            self.io.drop_cache(fd, end)
         except OSError as exc:               # only a hint
             log.debug("world %r: its synced log stays in the page cache: %s", w.name, _reason(exc))
 
@@ -449,7 +458,7 @@ class Syncer:
             if w.closed:
                 return True
             retired, w.retired = w.retired, []
-            fd, dir_dirty = w.fd, w.dir_dirty
+            fd, dir_dirty, end = w.fd, w.dir_dirty, w.size       # the fdatasync below covers the bytes before end
             w.dir_dirty = False
         try:
             while retired:                          # a cut log's last records first
@@ -463,7 +472,7 @@ class Syncer:
             if self.metrics is not None:
                 self.metrics.fsync_seconds.observe(time.perf_counter() - t0)
             if self.mode != "always":               # (under always, a group commit's wait stays short)
-                self._drop_cache(w, fd)
+                self._drop_cache(w, fd, end)
         except OSError as exc:
             if w.closed:
                 return True

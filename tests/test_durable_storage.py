@@ -690,9 +690,9 @@ class Recording(storage_mod.FileOps):
         self.calls.append("datasync")
         return os.fdatasync(fd)
 
-    def drop_cache(self, fd):
+    def drop_cache(self, fd, end=0):
         self.calls.append("drop")
-        return storage_mod.drop_cache(fd)
+        return storage_mod.drop_cache(fd, end)
 
 
 def test_everysec_starts_writeback_between_fsyncs_and_drops_the_synced_pages(tmp_path, stubs):
