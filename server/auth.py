@@ -263,6 +263,7 @@ def audit(event: str, identity: str, peer: str = "", **fields) -> None:
 
 # ---- calls ---------------------------------------------------------------------------------
 ATTR = "sapgrid_identity"
+REFUSED_ATTR = "sapgrid_refused"        # the interceptor's on_refused, for refusals by ``require``
 
 #: role and request field (the world named) of each call checked when it starts; None: any world.
 METHODS = {
@@ -314,6 +315,9 @@ def require(context, role: str, world: str | None, what: str) -> None:
         try:
             ident.require(role, world, what)
         except PermissionDenied as exc:
+            counted = getattr(context, REFUSED_ATTR, None)     # the per-client refusal metric, as the interceptor's
+            if counted is not None:
+                counted(ident.name, "permission_denied")
             if _frame_refusals is None:
                 from .logs import _Sampler
 
@@ -430,6 +434,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
         try:
             ident = self.authenticator.authenticate(metadata, context)
             setattr(context, ATTR, ident)
+            setattr(context, REFUSED_ATTR, self.on_refused)      # for the refusals of the servicer's own checks
             if request_class is not None and isinstance(request, bytes):
                 try:
                     world = getattr(request_class.FromString(request), field)

@@ -410,6 +410,13 @@ class WorldRunner:
                 sub.offer(applied if sub.view is None else self._region_frame(sub.view, applied))
         return applied
 
+    def set_frozen(self, frozen: bool) -> None:
+        """FreezeWorld, in the world's turn (between two frames). With a data directory the flag is on disk
+        first (a restart keeps it); Unavailable, and nothing changed, if it cannot be written."""
+        if self.log is not None:
+            self.log.set_frozen(frozen)
+        self.frozen = frozen
+
     def replay(self, arrays: dict, seq: int, writer: str) -> Applied:
         """Recovery: apply a frame of the log as it was applied before (no log append, no answer)."""
         return self._frame(arrays, seq, writer, None, 0.0, time.perf_counter(), replay=True)

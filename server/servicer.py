@@ -303,7 +303,7 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         runner = self.registry.get(request.name)
 
         def freeze():                                   # between two frames
-            runner.frozen = request.frozen
+            runner.set_frozen(request.frozen)         # with a data directory: on disk first
         runner.run(freeze, Caller(context))
         return pb.FreezeWorldResponse(world=protocol.world_info(runner))
 

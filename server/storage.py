@@ -6,6 +6,7 @@ Files (README "Durability")::
     DIR/LOCK                              held (flock) by the one server using DIR
     DIR/worlds/w-NAME/snap-N.snap         the world after its frame N (server/snapshot.py format)
     DIR/worlds/w-NAME/log-N.wal           the frames N+1, N+2, ... as received, one record each
+    DIR/worlds/w-NAME/FROZEN              present while the world is frozen (FreezeWorld), fsynced
 
 A log record: ``magic | payload length u32 | CRC32C of the payload u32 | payload``, payload =
 ``frame number u64 | seq u64 | writer length u8 | writer | body``. Magic ``b"SGWR"``: a frame, the body is
@@ -43,6 +44,7 @@ the offset, and that world is not served (the others are).
 """
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import logging
@@ -53,6 +55,7 @@ import struct
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import google_crc32c
@@ -68,9 +71,56 @@ ANSWER_MAGIC = b"SGWA"                      # a writer's frame's answer: the ser
 _RECORD = struct.Struct("<4sII")           # magic, payload length, CRC32C of the payload
 _PAYLOAD = struct.Struct("<QQB")           # frame number, seq, writer length
 RECORD_HEADER = _RECORD.size
+FROZEN_FILE = "FROZEN"                     # in a world's directory: the world is frozen (FreezeWorld)
 _SNAP_RE = re.compile(r"^snap-(\d{20})\.snap$")
 _LOG_RE = re.compile(r"^log-(\d{20})\.wal$")
 WORLD_PREFIX = "w-"
+SYNC_PERIOD_S = 1.0                        # --fsync everysec: every log with new records fsynced this often
+WRITEBACK_PERIOD_S = 0.1                   # and, between, its new records' writeback started this often
+WRITEBACK_BYTES = 256 << 10                # once at least this much is new
+# worlds recovered at a time: a world's replay is mostly Python (one core, the GIL) and its kernels use the
+# engine's threads, so on 2 cores two at a time were slower (0.85x, ``recovery_of_many`` in
+# tools/bench_durable.py); a core pair per world beyond that
+RECOVERY_WORKERS = max(1, min(4, (os.cpu_count() or 1) // 2))
+
+
+def _libc_sync_file_range():
+    """Linux's ``sync_file_range(2)`` (not in the ``os`` module), or None where the C library has none."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNC_FILE_RANGE = _libc_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2                 # <linux/fs.h>: start writeback of the dirty pages, do not wait
+
+
+def start_writeback(fd: int) -> None:
+    """Start the kernel's writeback of ``fd``'s dirty pages now, without waiting for it (Linux; elsewhere
+    nothing): the log reaches the disk in small pieces as it grows, instead of one burst per fsync."""
+    if _SYNC_FILE_RANGE is not None and _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def drop_cache(fd: int, end: int = 0) -> None:
+    """Drop ``fd``'s clean pages from the page cache, those before byte ``end`` (rounded down to a page: the
+    page the log's next record goes on stays, or that write would first read it back from the disk; 0:
+    the whole file). A log is read back only by a recovery, so its synced pages would only crowd out the
+    pages of everything else on the machine."""
+    if end:
+        end -= end % _PAGE
+        if not end:
+            return
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, end, os.POSIX_FADV_DONTNEED)
 
 
 class FileOps:
@@ -82,6 +132,8 @@ class FileOps:
     datasync = staticmethod(os.fdatasync)      # the logs: their data and size, not their times
     ftruncate = staticmethod(os.ftruncate)
     close = staticmethod(os.close)
+    start_writeback = staticmethod(start_writeback)
+    drop_cache = staticmethod(drop_cache)
 
 
 def _snap_name(n: int) -> str:
@@ -118,6 +170,7 @@ class WorldLog:
         self.sync_always = storage.fsync == "always"
         self.written = 0              # bytes appended since open (only grows): positions for wait_synced
         self.synced = 0               # of those, on disk
+        self.kicked = 0               # of those, writeback started (everysec, between the fsyncs)
         self.sync_error: str | None = None     # of the last fsync attempt
         self.sync_attempts = 0
         self.broken = False           # a failed write could not be cut back: cut it before the next append
@@ -220,6 +273,21 @@ class WorldLog:
         if self.storage.fsync == "no":
             self.io.close(old)
         self.storage.enqueue_snapshot(self, state)
+
+    def set_frozen(self, frozen: bool) -> None:
+        """FreezeWorld: the world's flag, on disk before it is answered (``FROZEN`` in its directory, made
+        durably or removed and the directory fsynced), so that a crash never thaws a world being moved.
+        Raises Unavailable (nothing changed) if it cannot be written."""
+        file = os.path.join(self.path, FROZEN_FILE)
+        try:
+            if frozen and not os.path.exists(file):
+                _write_durably(self.io, self.path, FROZEN_FILE, b"frozen\n")
+            elif not frozen and os.path.exists(file):
+                os.unlink(file)
+                _fsync_dir(self.path)
+        except OSError as exc:
+            raise Unavailable(f"world {self.name!r}: its frozen flag cannot be written in the data directory "
+                              f"({_reason(exc)}); the world is not {'frozen' if frozen else 'unfrozen'}") from None
 
     def sync_point(self):
         """What an answer waits for under --fsync always: everything written so far on disk."""
@@ -338,16 +406,28 @@ class Syncer:
         return [w for w in self.logs if w.synced < w.written or w.retired or w.dir_dirty]
 
     def _run(self) -> None:
+        next_sync = time.monotonic() + SYNC_PERIOD_S
         while True:
             with self.cond:
                 if self.mode == "always":
                     while not self.stopping and not self._dirty():
                         self.cond.wait(1.0)
                 else:
-                    self.cond.wait_for(lambda: self.stopping, 1.0)
+                    self.cond.wait_for(lambda: self.stopping, WRITEBACK_PERIOD_S)
                 if self.stopping:
                     return
-                work = [(w, w.written) for w in self._dirty()]
+                if self.mode == "everysec" and time.monotonic() < next_sync:
+                    kick = [w for w in self.logs if w.written - w.kicked >= WRITEBACK_BYTES and not w.closed]
+                    for w in kick:
+                        w.kicked = w.written
+                else:
+                    kick = None
+                    next_sync = time.monotonic() + SYNC_PERIOD_S
+                    work = [(w, w.written) for w in self._dirty()]
+            if kick is not None:                    # between the fsyncs: writeback started, not waited for
+                for w in kick:
+                    self._start_writeback(w)
+                continue
             failed = False
             for w, upto in work:
                 failed |= not self._sync(w, upto)
@@ -356,17 +436,34 @@ class Syncer:
                 if failed:                          # an I/O error: retry, not in a tight loop
                     self.cond.wait_for(lambda: self.stopping, 0.2)
 
+    def _start_writeback(self, w: WorldLog) -> None:
+        with w.lock:
+            if w.closed:
+                return
+            fd = w.fd
+        try:
+            self.io.start_writeback(fd)
+        except OSError as exc:               # only a hint: the next fsync writes it all the same
+            log.debug("world %r: writeback of its log not started: %s", w.name, _reason(exc))
+
+    def _drop_cache(self, w: WorldLog, fd: int, end: int = 0) -> None:
+        try:
+            self.io.drop_cache(fd, end)
+        except OSError as exc:               # only a hint
+            log.debug("world %r: its synced log stays in the page cache: %s", w.name, _reason(exc))
+
     def _sync(self, w: WorldLog, upto: int) -> bool:
         """Fsync ``w`` (its cut logs first); False on an I/O error."""
         with w.lock:
             if w.closed:
                 return True
             retired, w.retired = w.retired, []
-            fd, dir_dirty = w.fd, w.dir_dirty
+            fd, dir_dirty, end = w.fd, w.dir_dirty, w.size       # the fdatasync below covers the bytes before end
             w.dir_dirty = False
         try:
             while retired:                          # a cut log's last records first
                 self.io.datasync(retired[0])
+                self._drop_cache(w, retired[0])
                 self.io.close(retired.pop(0))       # taken off the list first: never closed twice
             if dir_dirty:
                 _fsync_dir(w.path)
@@ -374,6 +471,8 @@ class Syncer:
             self.io.datasync(fd)
             if self.metrics is not None:
                 self.metrics.fsync_seconds.observe(time.perf_counter() - t0)
+            if self.mode != "always":               # (under always, a group commit's wait stays short)
+                self._drop_cache(w, fd, end)
         except OSError as exc:
             if w.closed:
                 return True
@@ -551,9 +650,13 @@ class Storage:
             pass
 
     # ---- recovery --------------------------------------------------------------------------------
-    def recover(self, registry) -> Recovered:
-        """Every world of the directory, back in ``registry`` as it was after its last answered frame."""
-        done, failed = [], {}
+    def recover(self, registry, workers: int | None = None) -> Recovered:
+        """Every world of the directory, back in ``registry`` as it was after its last answered frame.
+
+        Worlds recover independently, ``workers`` at a time (default ``RECOVERY_WORKERS``: the engine's
+        kernels release the GIL, so while one world decodes its snapshot or a frame another one's kernels
+        can run, where there are cores for both). Returns once every world is done (or failed)."""
+        todo = []
         for entry in sorted(os.listdir(self.worlds_dir)):
             path = os.path.join(self.worlds_dir, entry)
             if entry.startswith(".") and os.path.isdir(path):       # a creation or deletion cut short
@@ -561,17 +664,28 @@ class Storage:
                 continue
             if not entry.startswith(WORLD_PREFIX) or not os.path.isdir(path):
                 continue
-            name = entry[len(WORLD_PREFIX):]
+            todo.append((entry[len(WORLD_PREFIX):], path))
+
+        def one(item):
+            name, path = item
             t0 = time.perf_counter()
             try:
                 runner = self._recover_world(registry, name, path)
             except RecoveryError as exc:
-                failed[name] = str(exc)
                 log.error("world %r is not served: %s", name, exc)
-                continue
-            done.append(name)
+                return name, str(exc)
             log.info("world %r recovered: %d objects, %d frames, %d pairs in %.3f s", name, runner.objects,
                      runner.frames, runner.pairs, time.perf_counter() - t0)
+            return name, None
+
+        workers = max(1, min(workers or RECOVERY_WORKERS, len(todo)))
+        if workers > 1:
+            with ThreadPoolExecutor(workers, thread_name_prefix="sapgrid-recovery") as pool:
+                results = list(pool.map(one, todo))
+        else:
+            results = [one(item) for item in todo]
+        done = [name for name, error in results if error is None]
+        failed = {name: error for name, error in results if error is not None}
         if self.metrics is not None:
             self.metrics.worlds_unrecovered.set(len(failed))
         return Recovered(done, failed)
@@ -604,6 +718,7 @@ class Storage:
         except Exception as exc:
             raise RecoveryError(f"its snapshot {path}/{_snap_name(state.frames)} does not make a world ({exc})") \
                 from None
+        runner.rejected = 0          # refusals are not logged: counted since the server started (WorldStats)
         try:
             base, size, fd = self._replay(runner, path, [b for b in logs if b >= state.frames], state.frames)
         except Exception as exc:
@@ -615,6 +730,7 @@ class Storage:
             m = _SNAP_RE.match(f) or _LOG_RE.match(f)
             if m and int(m.group(1)) < state.frames:
                 _unlink(os.path.join(path, f))
+        runner.frozen = os.path.exists(os.path.join(path, FROZEN_FILE))       # a move in progress stays frozen
         runner.log = self._attach(name, path, base, fd, size)
         return runner
 

@@ -309,7 +309,9 @@ def test_deleting_a_world_deletes_its_files_and_restore_persists(tmp_path, stubs
     s.stop()
 
 
-def test_recovery_of_many_worlds(tmp_path, stubs):
+@pytest.mark.parametrize("workers", [1, 3])
+def test_recovery_of_many_worlds(tmp_path, stubs, monkeypatch, workers):
+    monkeypatch.setattr(storage_mod, "RECOVERY_WORKERS", workers)
     s = durable(tmp_path, snapshot_bytes=16384)
     stub = stubs(s.address)
     scenes = {}
@@ -321,11 +323,19 @@ def test_recovery_of_many_worlds(tmp_path, stubs):
         for seq in range(2, 2 + k % 5):
             apply(stub, name, seq, f"w{k}", **sc.move(10))
     s.stop()
+    for f in world_files(tmp_path, "many07"):              # one world's snapshots damaged: only it fails
+        if f.endswith(".snap"):
+            with open(tmp_path / "data" / "worlds" / "w-many07" / f, "r+b") as fh:
+                fh.seek(40)
+                fh.write(b"\xff\xfe")
     s = durable(tmp_path, snapshot_bytes=16384)
     stub = stubs(s.address)
-    assert len(s.app.recovered.worlds) == 24
+    assert len(s.app.recovered.worlds) == 23 and list(s.app.recovered.failed) == ["many07"]
     for k, (name, sc) in enumerate(scenes.items()):
-        check_world(stub, name, sc, 1 + k % 5, {f"w{k}": 1 + k % 5})
+        if name != "many07":
+            check_world(stub, name, sc, 1 + k % 5, {f"w{k}": 1 + k % 5})
+    code, _ = code_of(lambda: info(stub, "many07"))
+    assert code == grpc.StatusCode.NOT_FOUND
     s.stop()
 
 
@@ -569,3 +579,136 @@ def test_a_refused_frames_record_left_in_the_log_is_refused_again_by_the_replay(
     s = durable(tmp_path)
     check_world(stubs(s.address), "left", sc, 2, {"m1": 2})
     s.stop()
+
+
+def test_a_frozen_world_stays_frozen_after_kill_9_and_an_unfrozen_one_thaws(tmp_path, stubs):
+    data = tmp_path / "data"
+    sc = Scene(21, n=200)
+    proc, address = _spawn(data, "--fsync", "everysec")
+    try:
+        stub = stubs(address)
+        for name in ("moving", "staying"):
+            create(stub, name, side=80.0)
+            apply(stub, name, 1, "m1", **sc.first())
+        frozen = stub.FreezeWorld(pb.FreezeWorldRequest(name="moving", frozen=True), timeout=60).world
+        assert frozen.stats.frozen
+        assert "FROZEN" in world_files(tmp_path, "moving") and "FROZEN" not in world_files(tmp_path, "staying")
+        os.kill(proc.pid, signal.SIGKILL)                   # a move in progress: the server dies
+    finally:
+        proc.kill()
+        proc.wait(30)
+    proc, address = _spawn(data, "--fsync", "everysec")
+    try:
+        stub = stubs(address)
+        assert info(stub, "moving").stats.frozen and not info(stub, "staying").stats.frozen
+        code, msg = code_of(lambda: apply(stub, "moving", 2, "m1", **sc.move()))
+        assert code == grpc.StatusCode.UNAVAILABLE and "frozen" in msg
+        assert info(stub, "moving").stats.frames == 1                       # refused, nothing applied
+        assert apply(stub, "staying", 2, "m1", **sc.move()).frame == 2
+        stub.FreezeWorld(pb.FreezeWorldRequest(name="moving", frozen=False), timeout=60)
+        assert "FROZEN" not in world_files(tmp_path, "moving")
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(30)
+    proc, address = _spawn(data, "--fsync", "everysec")
+    try:
+        stub = stubs(address)
+        assert not info(stub, "moving").stats.frozen
+        assert apply(stub, "moving", 2, "m1", **sc.move()).frame == 2
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+class NoDirectory(storage_mod.FileOps):
+    """Every new file fails (a full disk) once ``fail`` is set."""
+
+    fail = False
+
+    def open(self, path, flags, mode=0o777):
+        if self.fail and flags & os.O_CREAT:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.open(path, flags, mode)
+
+
+def test_a_freeze_that_cannot_be_written_is_unavailable_and_leaves_the_world_unfrozen(tmp_path, stubs):
+    ops = NoDirectory()
+    s = durable(tmp_path)
+    try:
+        s.app.registry.storage.io = ops
+        stub = stubs(s.address)
+        create(stub, "f", side=80.0)
+        s.app.registry.worlds["f"].log.io = ops
+        ops.fail = True
+        code, msg = code_of(lambda: stub.FreezeWorld(pb.FreezeWorldRequest(name="f", frozen=True), timeout=60))
+        assert code == grpc.StatusCode.UNAVAILABLE and "No space left" in msg and "not frozen" in msg
+        assert not info(stub, "f").stats.frozen and "FROZEN" not in world_files(tmp_path, "f")
+        assert not [f for f in world_files(tmp_path, "f") if f.endswith(".tmp")]
+        ops.fail = False
+        assert stub.FreezeWorld(pb.FreezeWorldRequest(name="f", frozen=True), timeout=60).world.stats.frozen
+    finally:
+        s.stop()
+
+
+def test_frames_rejected_counts_since_the_server_started_and_recovery_starts_it_at_zero(tmp_path, stubs):
+    s = durable(tmp_path, snapshot_bytes=4096)
+    stub = stubs(s.address)
+    create(stub, "rj", side=80.0)
+    sc = Scene(31, n=100)
+    apply(stub, "rj", 1, "m1", **sc.first())
+    for _ in range(3):                                            # a gap: refused, counted
+        code, _ = code_of(lambda: apply(stub, "rj", 40, "m1", **sc.move()))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION
+    for seq in range(2, 12):
+        apply(stub, "rj", seq, "m1", **sc.move(20))              # the log is cut and snapshotted meanwhile
+    assert s.app.registry.storage.wait_snapshots()
+    assert len([f for f in world_files(tmp_path, "rj") if f.endswith(".snap")]) == 1
+    assert min(world_files(tmp_path, "rj")) > "log-00000000000000000001"     # the snapshot holds the 3
+    assert info(stub, "rj").stats.frames_rejected == 3
+    s.stop()
+    s = durable(tmp_path, snapshot_bytes=4096)
+    stub = stubs(s.address)
+    st = info(stub, "rj").stats
+    assert st.frames == 11 and st.frames_rejected == 0
+    code, _ = code_of(lambda: apply(stub, "rj", 40, "m1", **sc.move()))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and info(stub, "rj").stats.frames_rejected == 1
+    s.stop()
+
+
+class Recording(storage_mod.FileOps):
+    """The syncer's calls, by name."""
+
+    def __init__(self):
+        self.calls = []
+
+    def start_writeback(self, fd):
+        self.calls.append("writeback")
+        return storage_mod.start_writeback(fd)
+
+    def datasync(self, fd):
+        self.calls.append("datasync")
+        return os.fdatasync(fd)
+
+    def drop_cache(self, fd, end=0):
+        self.calls.append("drop")
+        return storage_mod.drop_cache(fd, end)
+
+
+def test_everysec_starts_writeback_between_fsyncs_and_drops_the_synced_pages(tmp_path, stubs):
+    s = durable(tmp_path, fsync="everysec")
+    try:
+        ops = Recording()
+        s.app.registry.storage.syncer.io = ops
+        stub = stubs(s.address)
+        create(stub, "wb", side=400.0, cells=(16, 16))
+        sc = Scene(41, n=12000, side=400.0)                       # a first frame of ~290 kB
+        apply(stub, "wb", 1, "m1", **sc.first())
+        deadline = time.monotonic() + 30
+        while "drop" not in ops.calls or "writeback" not in ops.calls:
+            assert time.monotonic() < deadline, ops.calls
+            time.sleep(0.05)
+        assert ops.calls[ops.calls.index("drop") - 1] == "datasync"   # dropped once on disk
+        assert info(stub, "wb").stats.objects == 12000
+    finally:
+        s.stop()

@@ -272,3 +272,22 @@ def test_token_identities_unit():
     assert ident.may("reader", "lobby") and ident.may("writer", "match-1")
     assert not ident.may("writer", "lobby") and not ident.may("admin", "match-1")
     assert np.all([auth.RANK[r] for r in ("reader", "writer", "admin")] == np.array([1, 2, 3]))
+
+
+def test_frames_refused_by_role_count_in_the_per_client_refusal_metric(secured):
+    from service_helpers import metric_value, scrape
+
+    def refused():
+        return metric_value(scrape(secured.metrics_url), "sapgrid_client_refusals_total", client="game",
+                            reason="permission_denied") or 0
+
+    before = refused()
+    with Client(secured.address, token=secured.tokens["game"]) as c:
+        with c.stream() as s:                     # refused by the servicer's check of each frame's world
+            for _ in range(3):
+                with pytest.raises(PermissionDenied):
+                    s.step(world="lobby", remove_ids=[1])
+            s.step(world="match-1", update_ids=[2], update_boxes=[[1, 1, 3, 3]])      # allowed: not counted
+        with pytest.raises(PermissionDenied):
+            c.step("lobby", 1, remove_ids=[1])    # ApplyFrame, the same check
+    assert refused() == before + 4

@@ -96,9 +96,19 @@ class DiskWatch:
         self._thread.join(5)
 
 
-def _fps(client: Client, tr: dict, init, frames, window: int) -> float:
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (all its threads; Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _fps(client: Client, tr: dict, init, frames, window: int, pid: int | None = None):
     """Frames/s of ``frames`` pipelined over one stream into a fresh world (``bench_server.bench_fps``'s loop
-    on frames encoded once)."""
+    on frames encoded once); with ``pid``, (frames/s, the server's CPU milliseconds per timed frame)."""
     name = init.frame.world
     bs._world(client, name, tr)
     stream = client.stream(name)
@@ -109,6 +119,7 @@ def _fps(client: Client, tr: dict, init, frames, window: int) -> float:
             stream.send_request(f)
             stream.recv()
         timed = frames[3:]
+        cpu0 = _cpu_s(pid) if pid else 0.0
         t0 = time.perf_counter()
         sent = 0
         for _ in range(len(timed)):
@@ -117,10 +128,11 @@ def _fps(client: Client, tr: dict, init, frames, window: int) -> float:
                 sent += 1
             stream.recv()
         elapsed = time.perf_counter() - t0
+        cpu = (_cpu_s(pid) - cpu0) / len(timed) * 1e3 if pid else 0.0
     finally:
         stream.close()
         client.delete_world(name)
-    return len(timed) / elapsed
+    return (len(timed) / elapsed, cpu) if pid else len(timed) / elapsed
 
 
 def snapshot_in_process(n: int, ticks: int, seed: int) -> dict:
@@ -166,6 +178,76 @@ def snapshot_in_process(n: int, ticks: int, seed: int) -> dict:
                 snapshot_world_ms_max=float(np.max(held)), encode_ms=float(np.median(enc)),
                 snapshot_bytes=len(data), restore_ms=float(np.median(restore)), moving_tick_ms=tick,
                 restore_ticks=float(np.median(restore)) / tick)
+
+
+def make_worlds(root: str, worlds: int, lo: int, hi: int, frames: int, seed: int) -> int:
+    """``worlds`` worlds of ``lo``..``hi`` objects (evenly spread) in a data directory, each with its first
+    snapshot and ``frames`` logged frames moving a tenth of its objects; the objects in all."""
+    from sapgrid.layout import config_message
+    from sapgrid.server import protocol
+    from sapgrid.server.metrics import Metrics
+    from sapgrid.server.registry import Caller, Registry
+    from sapgrid.server.storage import Storage
+
+    rng = np.random.default_rng(seed)
+    reg = Registry(Metrics(), max_worlds=worlds + 1)
+    reg.storage = storage = Storage(root, "no")
+    caller, total = Caller(), 0
+
+    def step(name, seq, **arrays):
+        req = bs.pb.ApplyFrameRequest()
+        bs.encode_frame(name, seq, **arrays, into=req.frame)
+        raw = req.SerializeToString()
+        runner.apply(protocol.frame_arrays(protocol.read_frame(raw), 2), seq, time.perf_counter(), caller, raw=raw)
+
+    try:
+        for k in range(worlds):
+            n = int(lo + (hi - lo) * k / max(1, worlds - 1))
+            name, side = f"w{k:03d}", float(np.sqrt(n) * 4)
+            runner = reg.create(name, protocol.world_config(config_message(dims=2, bounds=(0, 0, side, side),
+                                                                           expected_objects=n)), n)
+            lows = rng.random((n, 2), np.float32) * side
+            boxes = np.hstack([lows, lows + 1 + rng.random((n, 2), np.float32)])
+            step(name, 1, add_ids=np.arange(n, dtype=np.uint64), add_boxes=boxes)
+            for seq in range(2, frames + 2):
+                moved = rng.choice(n, n // 10, replace=False)
+                boxes[moved, :2] = rng.random((len(moved), 2), np.float32) * side
+                boxes[moved, 2:] = boxes[moved, :2] + 1
+                step(name, seq, update_ids=moved.astype(np.uint64), update_boxes=boxes[moved])
+            total += n
+    finally:
+        storage.close()
+    return total
+
+
+def recovery_of_many(worlds: int = 64, lo: int = 1000, hi: int = 10_000, frames: int = 20, rounds: int = 2,
+                     seed: int = 1, workers: int = 0) -> dict:
+    """Recovery of a data directory of ``worlds`` worlds (in process, ``Storage.recover``), one world at a time
+    against ``workers`` at a time (default: the server's ``RECOVERY_WORKERS``, at least 2), the two taken in
+    turn for ``rounds`` rounds: seconds (medians)."""
+    from sapgrid.server.metrics import Metrics
+    from sapgrid.server.registry import Registry
+    from sapgrid.server.storage import RECOVERY_WORKERS, Storage
+
+    many = workers or max(2, RECOVERY_WORKERS)
+    times: dict = {1: [], many: []}
+    with tempfile.TemporaryDirectory(prefix="sapgrid-bench-") as tmp:
+        objects = make_worlds(tmp, worlds, lo, hi, frames, seed)
+        for k in range(rounds):
+            for w in (1, many) if k % 2 == 0 else (many, 1):
+                reg = Registry(Metrics(), max_worlds=worlds + 1)
+                reg.storage = storage = Storage(tmp, "no")
+                try:
+                    t0 = time.perf_counter()
+                    rec = storage.recover(reg, w)
+                    times[w].append(time.perf_counter() - t0)
+                finally:
+                    storage.close()
+                assert len(rec.worlds) == worlds and not rec.failed, rec.failed
+    seq, conc = float(np.median(times[1])), float(np.median(times[many]))
+    return dict(worlds=worlds, objects=objects, frames=frames, workers=many, default_workers=RECOVERY_WORKERS,
+                sequential_s=seq,
+                concurrent_s=conc, speedup=seq / conc, runs={str(w): t for w, t in times.items()})
 
 
 def recovery_after_kill(tr: dict, init, frames, window: int, kill_after: int, snapshot_bytes: int) -> dict:
@@ -223,7 +305,8 @@ def run(args) -> int:
     snap_bytes = int(getattr(args, "snapshot_bytes", 0) or 64 << 20)
     n1, n2 = args.rtt_objects, args.fps_objects
     modes = {"memory": (), "everysec": ("--fsync", "everysec"), "always": ("--fsync", "always")}
-    results: dict = {m: dict(rtt=[], p99=[], fps=[]) for m in modes}
+    results: dict = {m: dict(rtt=[], p99=[], fps=[], cpu=[]) for m in modes}
+    fps_ratios, cpu_ratios, rtt_ratios = [], [], []
     with tempfile.TemporaryDirectory(prefix="sapgrid-bench-") as tmp:
         servers = {}
         try:
@@ -234,22 +317,29 @@ def run(args) -> int:
             clients = {m: Client(address, timeout=600) for m, (_, address, _, _) in servers.items()}
             print(f"sapgrid bench --data-dir-compare: crowd2d-{n1} round trip, {rounds} rounds of {ticks} ticks "
                   f"per server...", flush=True)
-            for _ in range(rounds):
-                for m, c in clients.items():
-                    rtt, _ = bs.bench_rtt(c, n1, ticks, seed)
+            order = list(clients)
+            for k in range(rounds):
+                for m in order[k % 3:] + order[:k % 3]:        # in turn, each round starting with the next
+                    rtt, _ = bs.bench_rtt(clients[m], n1, ticks, seed)
                     results[m]["rtt"].append(rtt["rtt_median_ms"])
                     results[m]["p99"].append(rtt["rtt_p99_ms"])
+                rtt_ratios.append(results["everysec"]["rtt"][-1] / results["memory"]["rtt"][-1])
             print(f"crowd2d-{n2} frames/s over one stream ({args.fps_ticks} ticks, window {args.window})...",
                   flush=True)
             tr = bs._trace(n2, args.fps_ticks, seed)
             init, frames = bs._frames(tr, f"bench-fps-{n2}")
             disk = 0
-            for _ in range(rounds):
-                for m in ("memory", "everysec"):
+            for k in range(rounds):
+                # in turn, the first of each round alternating: a round's two runs share the machine's load
+                for m in ("memory", "everysec") if k % 2 == 0 else ("everysec", "memory"):
                     with DiskWatch(os.path.join(tmp, m)) as watch:
-                        results[m]["fps"].append(_fps(clients[m], tr, init, frames, args.window))
+                        fps, cpu = _fps(clients[m], tr, init, frames, args.window, servers[m][0].pid)
+                    results[m]["fps"].append(fps)
+                    results[m]["cpu"].append(cpu)
                     if m == "everysec":
                         disk = max(disk, watch.max_bytes)
+                fps_ratios.append(results["everysec"]["fps"][-1] / results["memory"]["fps"][-1])
+                cpu_ratios.append(results["everysec"]["cpu"][-1] / results["memory"]["cpu"][-1])
             for c in clients.values():
                 c.close()
         finally:
@@ -260,10 +350,14 @@ def run(args) -> int:
     print(f"kill -9 of a server streaming crowd2d-{n2}, then recovery...", flush=True)
     rec = recovery_after_kill(tr, init, frames, args.window, min(30, len(frames) - 5), snap_bytes)
 
+    print("recovery of 64 worlds of 1,000-10,000 objects (in process), one at a time and concurrently...", flush=True)
+    many = recovery_of_many(rounds=rounds, seed=seed)
+
     med = {m: {k: float(np.median(v)) if v else float("nan") for k, v in r.items()} for m, r in results.items()}
     rtt_ratio = med["everysec"]["rtt"] / med["memory"]["rtt"]
     always_ratio = med["always"]["rtt"] / med["memory"]["rtt"]
     fps_ratio = med["everysec"]["fps"] / med["memory"]["fps"]
+    cpu_ratio = med["everysec"]["cpu"] / med["memory"]["cpu"]
     checks = dict(rtt_ratio=rtt_ratio <= TARGETS["rtt_ratio"], fps_ratio=fps_ratio >= TARGETS["fps_ratio"],
                   snapshot=snap["snapshot_world_ms_max"] < TARGETS["snapshot_ms"],
                   restore=snap["restore_ticks"] < TARGETS["restore_ticks"],
@@ -277,10 +371,17 @@ def run(args) -> int:
     print(f"| crowd2d-{n1} round trip p99: memory / everysec / always | {med['memory']['p99']:.2f} / "
           f"{med['everysec']['p99']:.2f} / {med['always']['p99']:.2f} ms | | |")
     print(f"| round trip everysec / memory | {rtt_ratio:.2f}x | <= 1.10x | {ok(checks['rtt_ratio'])} |")
+    print(f"| round trip ratio of each round (min / median / max of {len(rtt_ratios)}) | {min(rtt_ratios):.2f} / "
+          f"{float(np.median(rtt_ratios)):.2f} / {max(rtt_ratios):.2f}x | | |")
     print(f"| round trip always / memory | {always_ratio:.2f}x | (reported) | |")
     print(f"| crowd2d-{n2} frames/s, one stream: memory / everysec | {med['memory']['fps']:.1f} / "
           f"{med['everysec']['fps']:.1f} | | |")
     print(f"| frames/s everysec / memory | {fps_ratio:.2f}x | >= 0.9x | {ok(checks['fps_ratio'])} |")
+    print(f"| frames/s ratio of each round (min / median / max of {len(fps_ratios)}) | {min(fps_ratios):.2f} / "
+          f"{float(np.median(fps_ratios)):.2f} / {max(fps_ratios):.2f}x | | |")
+    print(f"| server CPU per 100k frame, memory / everysec (all its threads) | {med['memory']['cpu']:.1f} / "
+          f"{med['everysec']['cpu']:.1f} ms = {cpu_ratio:.2f}x (rounds: {min(cpu_ratios):.2f} - "
+          f"{max(cpu_ratios):.2f}x) | | |")
     print(f"| the everysec world's files on disk while streaming, at most | {disk / 2**20:.0f} MiB "
           f"(--snapshot-bytes {snap_bytes / 2**20:.0f} MiB) | | |")
     print(f"| snapshot of {n2} objects: world held (median / max of 3) | {snap['snapshot_world_ms']:.1f} / "
@@ -293,8 +394,13 @@ def run(args) -> int:
           f"{rec['recovery_s']:.2f} s | < 2 s | {ok(checks['recovery'])} |")
     print(f"| restart to SERVING after the kill / with an empty data dir | {rec['restart_to_serving_s']:.2f} / "
           f"{rec['empty_start_s']:.2f} s | | |")
+    print(f"| recovery of {many['worlds']} worlds ({many['objects']} objects, {many['frames'] + 1} logged frames "
+          f"each): 1 / {many['workers']} at a time | {many['sequential_s']:.2f} / {many['concurrent_s']:.2f} s = "
+          f"{many['speedup']:.2f}x (the server recovers {many['default_workers']} at a time here) | | |")
     if getattr(args, "json", False):
         print(json.dumps(dict(bench="sapgrid-durable", medians=med, rtt_ratio=rtt_ratio, always_ratio=always_ratio,
-                              fps_ratio=fps_ratio, disk_max_bytes=disk, snapshot=snap, recovery=rec, checks=checks,
+                              fps_ratio=fps_ratio, fps_ratios=fps_ratios, rtt_ratios=rtt_ratios,
+                              cpu_ratio=cpu_ratio, cpu_ratios=cpu_ratios, disk_max_bytes=disk, snapshot=snap,
+                              recovery=rec, recovery_of_many=many, checks=checks,
                               runs=results)))
     return 0
