@@ -194,17 +194,23 @@ class World:
         else:
             f.same = np.empty(f.nu, np.uint8)
         if f.nu and not r.still:
-            with parallel.region(self._max_threads, f.nu):
-                row, code, axis, unchanged = kval.boxes_check(
-                    f.upd_boxes, self.dims, self._coord_limit32, self.objects.box, f.upd_h, f.same, rows,
+            args = (f.upd_boxes, self.dims, self._coord_limit32, self.objects.box, f.upd_h, f.same, rows,
                     r.row_of if rows.shape[0] else NO_ROW_OF, r.listed and self.update_list.rows is not None)
+            if parallel.serial(self._max_threads, f.nu):
+                row, code, axis, unchanged = kval.boxes_check_serial(*args)
+            else:
+                with parallel.region(self._max_threads, f.nu):
+                    row, code, axis, unchanged = kval.boxes_check(*args)
             raise_bad_box("update_boxes", self._coord_limit, row, code, axis)
             f.moving = f.nu - unchanged
         if f.na:
-            with parallel.region(self._max_threads, f.na):
-                row, code, axis, _ = kval.boxes_check(
-                    f.add_boxes, self.dims, self._coord_limit32, self.objects.box, _NO_HANDLES, _NO_SAME, NO_ROWS,
+            args = (f.add_boxes, self.dims, self._coord_limit32, self.objects.box, _NO_HANDLES, _NO_SAME, NO_ROWS,
                     NO_ROW_OF, False)
+            if parallel.serial(self._max_threads, f.na):
+                row, code, axis, _ = kval.boxes_check_serial(*args)
+            else:
+                with parallel.region(self._max_threads, f.na):
+                    row, code, axis, _ = kval.boxes_check(*args)
             raise_bad_box("add_boxes", self._coord_limit, row, code, axis)
         f.add_cat = check_column(add_category, f.na, "add_category", np.uint32, 0xFFFFFFFF)
         f.add_msk = check_column(add_mask, f.na, "add_mask", np.uint32, 0xFFFFFFFF)
@@ -243,10 +249,13 @@ class World:
         """Phase 2: cell ranges, boxes and flags (parallel); the touched cells and their entries (serial)."""
         objects = self.objects
         newr = np.empty((f.upd_h.shape[0] + f.na, 6), np.int32)
-        with parallel.region(self._max_threads, f.moving + f.na):
-            kgrid.grid_ranges(self.dims, self._bmin, self._inv, self._C, objects.box, objects.crange, objects.flag,
-                              f.upd_h, f.upd_boxes, f.add_h, f.add_boxes, newr, f.same, f.list_rows, f.row_mode,
-                              objects.lastpos)
+        args = (self.dims, self._bmin, self._inv, self._C, objects.box, objects.crange, objects.flag, f.upd_h,
+                f.upd_boxes, f.add_h, f.add_boxes, newr, f.same, f.list_rows, f.row_mode, objects.lastpos)
+        if parallel.serial(self._max_threads, f.moving + f.na):
+            kgrid.grid_ranges_serial(*args)
+        else:
+            with parallel.region(self._max_threads, f.moving + f.na):
+                kgrid.grid_ranges(*args)
         # when most objects move, every occupied cell is touched: cheaper than touching cell by cell
         dense = 2 * (f.moving + f.nr) >= f.live
         f.touched, f.ent_off, f.ent_h = kgrid.grid_rasterize(
@@ -283,11 +292,15 @@ class World:
         objects, sap, ps = self.objects, self.sap, self.pair_sets
         bx_h, bx_pos, ep_key = sap.arrays
         f.ev_key = self._scratch_ev
-        with parallel.region(self._max_threads, f.work):
-            ksap.cells_apply(f.touched, f.ent_off, f.ent_h, self.dims, self._C, objects.flag, objects.crange,
-                             objects.box.view(np.uint32), objects.cat, objects.mask, objects.static, sap.n, sap.base,
-                             bx_h, bx_pos, ep_key, self._scratch, self._kscratch, ps.base, ps.n, ps.arrays[1], f.ev_key,
-                             f.ev_off, f.ev_n, f.ev_plus, f.swaps)
+        args = (f.touched, f.ent_off, f.ent_h, self.dims, self._C, objects.flag, objects.crange,
+                objects.box.view(np.uint32), objects.cat, objects.mask, objects.static, sap.n, sap.base, bx_h, bx_pos,
+                ep_key, self._scratch, self._kscratch, ps.base, ps.n, ps.arrays[1], f.ev_key, f.ev_off, f.ev_n,
+                f.ev_plus, f.swaps)
+        if parallel.serial(self._max_threads, f.work):
+            ksap.cells_apply_serial(*args)
+        else:
+            with parallel.region(self._max_threads, f.work):
+                ksap.cells_apply(*args)
         over = f.ev_n > f.ev_cap
         if over.any():
             f.stats.cell_overflows = int(over.sum())
@@ -305,8 +318,12 @@ class World:
         if grow.any():
             ps.place(touched[grow], np.maximum(16, 2 ** np.ceil(np.log2(2 * need[grow] + 1))).astype(np.int64))
         f.out_n = np.zeros(touched.shape[0], np.int64)
-        with parallel.region(self._max_threads, f.ev_total, parallel.MIN_EVENTS):
-            kmerge.cells_net(touched, f.ev_key, f.ev_off, f.ev_n, ps.base, ps.cap, ps.n, *ps.arrays, f.out_n)
+        args = (touched, f.ev_key, f.ev_off, f.ev_n, ps.base, ps.cap, ps.n, *ps.arrays, f.out_n)
+        if parallel.serial(self._max_threads, f.ev_total, parallel.MIN_EVENTS):
+            kmerge.cells_net_serial(*args)
+        else:
+            with parallel.region(self._max_threads, f.ev_total, parallel.MIN_EVENTS):
+                kmerge.cells_net(*args)
         f.t4 = time.perf_counter()
         f.stats.apply_s = f.t4 - f.t2
 
