@@ -169,7 +169,7 @@ class World:
         f.upd_boxes = as_boxes(update_boxes, f.nu, "update_boxes", self.dims, self._coord_limit)
         f.add_boxes = as_boxes(add_boxes, f.na, "add_boxes", self.dims, self._coord_limit)
         objects = self.objects
-        f.rem_h = np.empty(f.nr, np.int32)
+        f.rem_h = np.empty(f.nr, np.int32) if f.nr else _NO_HANDLES
         if f.nr:
             with parallel.region(self._max_threads, f.nr):
                 kid.idmap_lookup(objects.idk, objects.idv, rem, f.rem_h)
