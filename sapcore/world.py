@@ -23,6 +23,10 @@ The world is made of owners, each with its own invariants (``validate`` calls ea
   7. merge the cells' netted pairs into the world's pair counts (grouped by shard of the world's pair
      table, shards in parallel; deterministic)
   8. finish: ids of the delta, free removed handles, clear the frame's flags
+
+A frame whose work runs on the calling thread (``threads=1``, or a small frame; ``parallel.serial``)
+calls each parallel kernel's serial twin, and makes one kernel call for phases 2-3 and one for phases
+4-7 (``kernels/frame.py``): between the phases of a small frame, Python cost more than the kernels.
 """
 from __future__ import annotations
 
