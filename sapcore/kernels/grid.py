@@ -9,6 +9,11 @@ cell its box touches; its handle remembers them).
 import numpy as np
 
 from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, NJIT_SERIAL, njit, prange
+from .prefetch import prefetch_row
+
+#: rows ahead that grid_ranges prefetches (its updates come in the client's order, the object rows they
+#: read and write are in handle order)
+_AHEAD = 16
 
 FLAG_NONE = 0
 FLAG_MOVED = 1
@@ -58,6 +63,10 @@ def _row_range(src, k, dims, bmin, inv, C, newr, i):
 def _update_range(i, dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, row_mode,
                   lastpos, by_row, fill):
     """Update row i of ``grid_ranges``."""
+    if i + _AHEAD < upd_h.shape[0]:
+        ha = upd_h[i + _AHEAD]
+        prefetch_row(boxes, ha)
+        prefetch_row(crange, ha)
     h = upd_h[i]
     if row_mode == 2:
         lastpos[h] = i
