@@ -10,9 +10,7 @@ with the workqueue layer, which does not support concurrent launches, every laun
 Work that would run on the calling thread alone goes to the kernel's serial twin instead (``*_serial``:
 the same loop body in a plain ``range`` loop, see ``_numba.NJIT_SERIAL``; ``serial`` decides): even
 with one thread, a parallel launch costs a few microseconds (numba's scheduler, the OpenMP region),
-most of a small frame's kernel time, and a twin never enters the threading layer, so worlds stepped
-from several threads at once run side by side (two 100k-object ``threads=1`` worlds: 0.93-1.06x the
-frames of one alone through one-thread launches, 1.79-2.63x through the twins, on the loaded 2-core VM).
+most of a small frame's kernel time, and a twin never enters the threading layer.
 """
 from __future__ import annotations
 
