@@ -2,8 +2,9 @@
 
     python healthcheck.py [HOST:PORT] [SERVICE]
 
-Without an address it checks 127.0.0.1 on the port of SAPGRID_LISTEN (default 50051), so inside the
-server's container it needs no arguments. SERVICE defaults to "" (the whole server). A server
+Without an address it checks 127.0.0.1 on the port of SAPGRID_HEALTH_LISTEN if set (a server with TLS
+serves plaintext health there), else of SAPGRID_LISTEN (default 50051), so inside the server's
+container it needs no arguments. SERVICE defaults to "" (the whole server). A server
 shutting down answers NOT_SERVING.
 """
 from __future__ import annotations
@@ -16,8 +17,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 
 def default_address(env=os.environ) -> str:
-    port = env.get("SAPGRID_LISTEN", "127.0.0.1:50051").rsplit(":", 1)[1]
-    return f"127.0.0.1:{port}"
+    """127.0.0.1 on the port of SAPGRID_HEALTH_LISTEN (the plaintext health port of a TLS server) if set,
+    else of SAPGRID_LISTEN."""
+    listen = env.get("SAPGRID_HEALTH_LISTEN") or env.get("SAPGRID_LISTEN", "127.0.0.1:50051")
+    return f"127.0.0.1:{listen.rsplit(':', 1)[1]}"
 
 
 def check(address: str, service: str = "", timeout: float = 3.0) -> str:

@@ -12,10 +12,22 @@ import os
 # its OpenMP layer; an explicit setting by the user wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import warnings  # noqa: E402
+
 import numba  # noqa: E402
+from numba.core.errors import NumbaPerformanceWarning  # noqa: E402
+
+# a serial twin (NJIT_SERIAL) has no loop to parallelise on purpose: numba's note about it is noise
+warnings.filterwarnings("ignore", message=r"(?s).*no transformation for parallel execution was possible",
+                        category=NumbaPerformanceWarning)
 
 NJIT = dict(cache=True, nogil=True, boundscheck=False, error_model="numpy")
 NJIT_PARALLEL = dict(NJIT, parallel=True)
+#: The serial twin of a parallel kernel (the same body in a plain ``range`` loop, for work that runs on
+#: the calling thread alone): compiled through numba's parallel pipeline all the same, which finds no
+#: loop to parallelise but simplifies the inlined helpers' tuples; the plain pipeline compiled the same
+#: bodies 3-6x slower (grid ranges of 1,000 boxes: 25 us against 108 us).
+NJIT_SERIAL = dict(NJIT, parallel=True)
 #: Small helpers that take arrays are inlined into their callers at the numba IR level: a real call
 #: would pay two atomic reference-count updates per array argument, which costs more than the helper.
 NJIT_INLINE = dict(NJIT, inline="always")

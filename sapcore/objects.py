@@ -13,6 +13,8 @@ from .kernels import arena as karena
 from .kernels import idmap as kid
 from .kernels.hashing import capacity_for
 
+_NO_HANDLES = np.zeros(0, np.int32)     # shared: nothing can be written into it
+
 
 class ObjectStore:
     """Objects by handle (see the module docstring). Arrays, all indexed by handle:
@@ -48,6 +50,8 @@ class ObjectStore:
 
     def reserve(self, k: int) -> np.ndarray:
         """Handles for k new objects: reuse free slots (oldest first), then fresh ones."""
+        if k == 0:
+            return _NO_HANDLES
         take = min(k, self.free.shape[0])
         h = np.empty(k, np.int32)
         h[:take] = self.free[:take]

@@ -6,6 +6,11 @@ such launches of different worlds take turns (one process-wide lock) instead of 
 cores. A launch on the calling thread alone takes no lock, so a world with ``threads=1`` (or a small
 frame) never waits for another world, as long as numba's threading layer is thread safe (omp, tbb);
 with the workqueue layer, which does not support concurrent launches, every launch takes the lock.
+
+Work that would run on the calling thread alone goes to the kernel's serial twin instead (``*_serial``:
+the same loop body in a plain ``range`` loop, see ``_numba.NJIT_SERIAL``; ``serial`` decides): even
+with one thread, a parallel launch costs a few microseconds (numba's scheduler, the OpenMP region),
+most of a small frame's kernel time, and a twin never enters the threading layer.
 """
 from __future__ import annotations
 
@@ -36,6 +41,11 @@ def _concurrent_launches_safe() -> bool:
 
 
 _UNLOCKED = contextlib.nullcontext()
+
+
+def serial(max_threads: int, work: int, threshold: int = MIN_OPS) -> bool:
+    """Does ``work`` run on the calling thread alone (then call the kernel's serial twin, no region)?"""
+    return max_threads == 1 or work < threshold
 
 
 def region(max_threads: int, work: int, threshold: int = MIN_OPS):

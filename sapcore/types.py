@@ -63,7 +63,9 @@ class WorldConfig:
 
 @dataclass
 class FrameStats:
-    """Work counters and timings of one frame (seconds)."""
+    """Work counters and timings of one frame (seconds). apply_s: the cells' SAPs and pair sets (phases
+    4-6), merge_s: the world's merge and the delta (phases 7-8); a frame on the calling thread applies,
+    nets and merges in one call, all of it in apply_s."""
 
     objects: int = 0            # live objects after the frame
     pairs: int = 0              # active pairs after the frame

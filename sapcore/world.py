@@ -23,6 +23,10 @@ The world is made of owners, each with its own invariants (``validate`` calls ea
   7. merge the cells' netted pairs into the world's pair counts (grouped by shard of the world's pair
      table, shards in parallel; deterministic)
   8. finish: ids of the delta, free removed handles, clear the frame's flags
+
+A frame whose work runs on the calling thread (``threads=1``, or a small frame; ``parallel.serial``)
+calls each parallel kernel's serial twin, and makes one kernel call for phases 2-3 and one for phases
+4-7 (``kernels/frame.py``): between the phases of a small frame, Python cost more than the kernels.
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ from .errors import CapacityError, FrameError
 from .frame_input import as_boxes, as_ids, check_column, raise_bad_box, raise_bad_id
 from .invariants import check_world
 from .kernels import arena as karena
+from .kernels import frame as kframe
 from .kernels import grid as kgrid
 from .kernels import idmap as kid
 from .kernels import merge as kmerge
@@ -46,7 +51,7 @@ from .kernels import validate as kval
 from .objects import ObjectStore
 from .types import Delta, FrameStats, WorldConfig
 from .update_list import NO_ROW_OF, NO_ROWS, UpdateList
-from .world_pairs import WorldPairs
+from .world_pairs import SHARDS, WorldPairs
 
 _EMPTY_PAIRS = np.zeros((0, 2), np.uint64)
 _NO_HANDLES = np.zeros(0, np.int32)
@@ -80,6 +85,9 @@ class _Frame:
     def __init__(self, t0: float):
         self.t0 = t0
         self.stats = FrameStats()
+        self.room = None                # phase 3's sizes when phase 2 computed them
+        self.flags_cleared = False      # the frame's flags were cleared with its pairs (``_pairs_serial``)
+        self.swaps_total = None
 
 
 class World:
@@ -146,14 +154,11 @@ class World:
         self._admit(f)                  # phase 1
         self._rasterize(f)              # phase 2
         self._make_room(f)              # phase 3
-        self._apply_cells(f)            # phases 4 and 5
-        if f.ev_total:
-            self._net_pair_sets(f)      # phase 6
-            created, deleted = self._merge(f)   # phase 7
-        else:                           # no pair event in any touched cell: no pair changes
-            f.t4 = time.perf_counter()
-            f.stats.apply_s = f.t4 - f.t2
-            created = deleted = _EMPTY_PAIRS
+        if parallel.serial(self._max_threads, f.work):
+            created, deleted = self._pairs_serial(f)    # phases 4-7 in one call (falls back when it must)
+        else:
+            self._apply_cells(f)        # phases 4 and 5
+            created, deleted = self._net_and_merge(f)   # phases 6 and 7
         self._finish(f)                 # phase 8
         f.stats.created, f.stats.deleted = created.shape[0], deleted.shape[0]
         return Delta(created.copy() if created is _EMPTY_PAIRS else created,
@@ -168,7 +173,7 @@ class World:
         f.upd_boxes = as_boxes(update_boxes, f.nu, "update_boxes", self.dims, self._coord_limit)
         f.add_boxes = as_boxes(add_boxes, f.na, "add_boxes", self.dims, self._coord_limit)
         objects = self.objects
-        f.rem_h = np.empty(f.nr, np.int32)
+        f.rem_h = np.empty(f.nr, np.int32) if f.nr else _NO_HANDLES
         if f.nr:
             with parallel.region(self._max_threads, f.nr):
                 kid.idmap_lookup(objects.idk, objects.idv, rem, f.rem_h)
@@ -194,17 +199,23 @@ class World:
         else:
             f.same = np.empty(f.nu, np.uint8)
         if f.nu and not r.still:
-            with parallel.region(self._max_threads, f.nu):
-                row, code, axis, unchanged = kval.boxes_check(
-                    f.upd_boxes, self.dims, self._coord_limit32, self.objects.box, f.upd_h, f.same, rows,
+            args = (f.upd_boxes, self.dims, self._coord_limit32, self.objects.box, f.upd_h, f.same, rows,
                     r.row_of if rows.shape[0] else NO_ROW_OF, r.listed and self.update_list.rows is not None)
+            if parallel.serial(self._max_threads, f.nu):
+                row, code, axis, unchanged = kval.boxes_check_serial(*args)
+            else:
+                with parallel.region(self._max_threads, f.nu):
+                    row, code, axis, unchanged = kval.boxes_check(*args)
             raise_bad_box("update_boxes", self._coord_limit, row, code, axis)
             f.moving = f.nu - unchanged
         if f.na:
-            with parallel.region(self._max_threads, f.na):
-                row, code, axis, _ = kval.boxes_check(
-                    f.add_boxes, self.dims, self._coord_limit32, self.objects.box, _NO_HANDLES, _NO_SAME, NO_ROWS,
+            args = (f.add_boxes, self.dims, self._coord_limit32, self.objects.box, _NO_HANDLES, _NO_SAME, NO_ROWS,
                     NO_ROW_OF, False)
+            if parallel.serial(self._max_threads, f.na):
+                row, code, axis, _ = kval.boxes_check_serial(*args)
+            else:
+                with parallel.region(self._max_threads, f.na):
+                    row, code, axis, _ = kval.boxes_check(*args)
             raise_bad_box("add_boxes", self._coord_limit, row, code, axis)
         f.add_cat = check_column(add_category, f.na, "add_category", np.uint32, 0xFFFFFFFF)
         f.add_msk = check_column(add_mask, f.na, "add_mask", np.uint32, 0xFFFFFFFF)
@@ -240,13 +251,28 @@ class World:
                                                             f.add, f.add_h, f.add_boxes, True, objects)
 
     def _rasterize(self, f) -> None:
-        """Phase 2: cell ranges, boxes and flags (parallel); the touched cells and their entries (serial)."""
+        """Phase 2: cell ranges, boxes and flags (parallel); the touched cells and their entries (serial).
+        A frame whose ranges run on the calling thread gets them, its touched cells and their sizes (phase
+        3's kernel) from one call."""
         objects = self.objects
+        if parallel.serial(self._max_threads, f.moving + f.na):
+            (f.touched, f.ent_off, f.ent_h, room, grow, f.ev_off, f.ev_cap, max_cap, f.work) = kframe.frame_cells(
+                self.dims, self._bmin, self._inv, self._C, objects.box, objects.crange, objects.flag, f.upd_h,
+                f.upd_boxes, f.add_h, f.add_boxes, f.same, f.list_rows, f.row_mode, objects.lastpos, self.sap.n,
+                f.rem_h, f.moving, f.live, self._cell_stamp, self._cell_tidx, self.frames, self.sap.cap,
+                self.pair_sets.n)
+            f.room = (room, grow, max_cap)
+            f.t2 = time.perf_counter()
+            f.stats.rasterize_s = f.t2 - f.t1
+            return
         newr = np.empty((f.upd_h.shape[0] + f.na, 6), np.int32)
-        with parallel.region(self._max_threads, f.moving + f.na):
-            kgrid.grid_ranges(self.dims, self._bmin, self._inv, self._C, objects.box, objects.crange, objects.flag,
-                              f.upd_h, f.upd_boxes, f.add_h, f.add_boxes, newr, f.same, f.list_rows, f.row_mode,
-                              objects.lastpos)
+        args = (self.dims, self._bmin, self._inv, self._C, objects.box, objects.crange, objects.flag, f.upd_h,
+                f.upd_boxes, f.add_h, f.add_boxes, newr, f.same, f.list_rows, f.row_mode, objects.lastpos)
+        if parallel.serial(self._max_threads, f.moving + f.na):
+            kgrid.grid_ranges_serial(*args)
+        else:
+            with parallel.region(self._max_threads, f.moving + f.na):
+                kgrid.grid_ranges(*args)
         # when most objects move, every occupied cell is touched: cheaper than touching cell by cell
         dense = 2 * (f.moving + f.nr) >= f.live
         f.touched, f.ent_off, f.ent_h = kgrid.grid_rasterize(
@@ -258,8 +284,11 @@ class World:
     def _make_room(self, f) -> None:
         """Phase 3: room in the SAP arena for the touched cells, and event slices for their pair events."""
         sap, touched = self.sap, f.touched
-        room, grow, f.ev_off, f.ev_cap, max_cap, f.work = karena.frame_room(touched, f.ent_off, sap.n, sap.cap,
-                                                                            self.pair_sets.n)
+        if f.room is None:
+            room, grow, f.ev_off, f.ev_cap, max_cap, f.work = karena.frame_room(touched, f.ent_off, sap.n, sap.cap,
+                                                                                self.pair_sets.n)
+        else:
+            room, grow, max_cap = f.room
         if grow:
             cap = sap.cap[touched]
             cells = touched[room > cap]
@@ -271,8 +300,10 @@ class World:
         if need > self._scratch_ev.shape[0] or self._scratch_ev.shape[0] > 8 * max(need, 1 << 16):
             # grow, or give back a buffer left far too big by a burst (e.g. the initial batch insert)
             self._scratch_ev = np.empty(need + need // 2, np.uint64)
-        # per touched cell, written by cells_apply for every cell: events, "pair added" events, swaps
-        f.ev_n, f.ev_plus, f.swaps = np.empty((3, touched.shape[0]), np.int64)
+        # per touched cell, written by cells_apply for every cell: events, "pair added" events, swaps; and
+        # the netted events (cells_net)
+        f.counts = np.empty((4, touched.shape[0]), np.int64)
+        f.ev_n, f.ev_plus, f.swaps, f.out_n = f.counts
         if self._scratch.shape[2] < max_cap + 1:     # per-thread workspace of cells_apply, kept between frames
             nth = numba.config.NUMBA_NUM_THREADS
             self._scratch = np.empty((nth, 3, max_cap + 1 + max_cap // 4), np.int32)
@@ -283,19 +314,65 @@ class World:
         objects, sap, ps = self.objects, self.sap, self.pair_sets
         bx_h, bx_pos, ep_key = sap.arrays
         f.ev_key = self._scratch_ev
-        with parallel.region(self._max_threads, f.work):
-            ksap.cells_apply(f.touched, f.ent_off, f.ent_h, self.dims, self._C, objects.flag, objects.crange,
-                             objects.box.view(np.uint32), objects.cat, objects.mask, objects.static, sap.n, sap.base,
-                             bx_h, bx_pos, ep_key, self._scratch, self._kscratch, ps.base, ps.n, ps.arrays[1], f.ev_key,
-                             f.ev_off, f.ev_n, f.ev_plus, f.swaps)
+        args = (f.touched, f.ent_off, f.ent_h, self.dims, self._C, objects.flag, objects.crange,
+                objects.box.view(np.uint32), objects.cat, objects.mask, objects.static, sap.n, sap.base, bx_h, bx_pos,
+                ep_key, self._scratch, self._kscratch, ps.base, ps.n, ps.arrays[1], f.ev_key, f.ev_off, f.ev_n,
+                f.ev_plus, f.swaps)
+        if parallel.serial(self._max_threads, f.work):
+            ksap.cells_apply_serial(*args)
+        else:
+            with parallel.region(self._max_threads, f.work):
+                ksap.cells_apply(*args)
+        self._recompute_overflows(f)
+        f.ev_total = int(f.ev_n.sum())
+
+    def _recompute_overflows(self, f) -> None:
+        """Phase 5: the cells whose event slice overflowed get their events recomputed exactly."""
         over = f.ev_n > f.ev_cap
         if over.any():
+            objects, sap, ps = self.objects, self.sap, self.pair_sets
+            bx_h, bx_pos, ep_key = sap.arrays
             f.stats.cell_overflows = int(over.sum())
             f.ev_key, f.ev_off, f.ev_n = karena.cells_recompute_events(
                 f.touched, over, self.dims, objects.cat, objects.mask, objects.static, sap.n, sap.base, bx_h, bx_pos,
                 ep_key, ps.base, ps.cap, ps.n, *ps.arrays[:2], f.ev_key, f.ev_off, f.ev_n)
             f.ev_plus = f.ev_n
-        f.ev_total = int(f.ev_n.sum())
+
+    def _pairs_serial(self, f) -> tuple[np.ndarray, np.ndarray]:
+        """Phases 4-7 of a frame that runs on the calling thread, in one call (``kernels.frame``), which
+        also clears the frame's flags; the phases it leaves (an overflowed event slice, a pair set or the
+        world's pair table without room) are done the general way. Returns the delta's id pairs."""
+        objects, sap, ps, wp = self.objects, self.sap, self.pair_sets, self.world_pairs
+        f.ev_key = self._scratch_ev
+        status, f.ev_total, f.swaps_total, created, deleted, pairs = kframe.frame_pairs(
+            f.touched, f.ent_off, f.ent_h, self.dims, self._C, objects.flag, objects.crange,
+            objects.box.view(np.uint32), objects.cat, objects.mask, objects.static, sap.n, sap.base, *sap.arrays,
+            self._scratch, self._kscratch, ps.base, ps.cap, ps.n, *ps.arrays, f.ev_key, f.ev_off, f.ev_cap, f.counts,
+            SHARDS, wp.slots, wp.keys, wp.cnt, wp.cap, wp.n, objects.id, f.rem_h, f.upd_h, f.add_h)
+        f.flags_cleared = True
+        if status == kframe.PAIRS_DONE:
+            if pairs >= 0:
+                wp.count = pairs
+            f.t4 = time.perf_counter()
+            f.stats.apply_s = f.t4 - f.t2
+            return created, deleted
+        if status == kframe.PAIRS_OVERFLOW:
+            self._recompute_overflows(f)
+            f.ev_total = int(f.ev_n.sum())
+        if status != kframe.PAIRS_MERGE:
+            return self._net_and_merge(f)
+        f.t4 = time.perf_counter()
+        f.stats.apply_s = f.t4 - f.t2
+        return self._merge(f)
+
+    def _net_and_merge(self, f) -> tuple[np.ndarray, np.ndarray]:
+        """Phases 6 and 7, or nothing when no touched cell has a pair event. Returns the delta's id pairs."""
+        if f.ev_total:
+            self._net_pair_sets(f)
+            return self._merge(f)
+        f.t4 = time.perf_counter()
+        f.stats.apply_s = f.t4 - f.t2
+        return _EMPTY_PAIRS, _EMPTY_PAIRS
 
     def _net_pair_sets(self, f) -> None:
         """Phase 6: room in the touched cells' pair sets (load factor <= 1/2), then each nets its events."""
@@ -304,9 +381,12 @@ class World:
         grow = (2 * need > ps.cap[touched]) & (f.ev_plus > 0)
         if grow.any():
             ps.place(touched[grow], np.maximum(16, 2 ** np.ceil(np.log2(2 * need[grow] + 1))).astype(np.int64))
-        f.out_n = np.zeros(touched.shape[0], np.int64)
-        with parallel.region(self._max_threads, f.ev_total, parallel.MIN_EVENTS):
-            kmerge.cells_net(touched, f.ev_key, f.ev_off, f.ev_n, ps.base, ps.cap, ps.n, *ps.arrays, f.out_n)
+        args = (touched, f.ev_key, f.ev_off, f.ev_n, ps.base, ps.cap, ps.n, *ps.arrays, f.out_n)
+        if parallel.serial(self._max_threads, f.ev_total, parallel.MIN_EVENTS):
+            kmerge.cells_net_serial(*args)
+        else:
+            with parallel.region(self._max_threads, f.ev_total, parallel.MIN_EVENTS):
+                kmerge.cells_net(*args)
         f.t4 = time.perf_counter()
         f.stats.apply_s = f.t4 - f.t2
 
@@ -318,12 +398,14 @@ class World:
     def _finish(self, f) -> None:
         """Phase 8: release removed objects, clear the frame's flags, the frame's figures."""
         self.objects.release(f.rem, f.rem_h)
-        self.objects.clear_flags(f.rem_h, f.upd_h, f.add_h)
+        if not f.flags_cleared:
+            self.objects.clear_flags(f.rem_h, f.upd_h, f.add_h)
         t5 = time.perf_counter()
         s = f.stats
         s.merge_s, s.total_s = t5 - f.t4, t5 - f.t0
         s.objects, s.pairs = self.objects.count, self.world_pairs.count
-        s.swaps, s.cells_touched = int(f.swaps.sum()), f.touched.shape[0]
+        s.swaps = int(f.swaps.sum()) if f.swaps_total is None else f.swaps_total
+        s.cells_touched = f.touched.shape[0]
 
     def _keys_to_id_pairs(self, keys):
         """Handle-pair keys -> sorted uint64 [K, 2] rows of (low id, high id)."""
@@ -375,6 +457,14 @@ class World:
         h = self.objects.handles(ids)
         o = self.objects
         return o.cat[h].copy(), o.mask[h].copy(), o.static[h].astype(bool)
+
+    def export(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every live object, in one pass and in the engine's own order (not sorted): copies of (ids uint64 [K],
+        boxes float32 [K, 2*dims], category uint32 [K], mask uint32 [K], static bool [K]). What a snapshot
+        holds: a world made by adding them in one step has the same pairs."""
+        o = self.objects
+        live = np.flatnonzero(o.alive[:o.next_handle])
+        return o.id[live], o.box[live], o.cat[live], o.mask[live], o.static[live].astype(bool)
 
     def cell_occupancy(self) -> np.ndarray:
         return self.sap.n.astype(np.int64)

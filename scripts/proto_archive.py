@@ -1,6 +1,7 @@
 """Build sapgrid-proto-VERSION.tar.gz: the contract's .proto files (sapgrid/v1, buf.yaml) with the
 google.rpc protos a client needs to read rich errors (status, error_details, code), taken from the
-installed googleapis-common-protos.
+installed googleapis-common-protos, and gRPC's health protocol (grpc/health/v1/health.proto, kept in
+proto/ as gRPC publishes it; tests/test_ops_package.py checks it against the installed grpc_health).
 
     python scripts/proto_archive.py [--out DIR]
 """
@@ -13,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 GOOGLE_RPC = ("status.proto", "error_details.proto", "code.proto")
+HEALTH = "grpc/health/v1/health.proto"
 
 
 def build(out_dir: Path) -> Path:
@@ -28,6 +30,7 @@ def build(out_dir: Path) -> Path:
         members += [(f"sapgrid/v1/{p.name}", p) for p in sorted(contract.joinpath("sapgrid", "v1").iterdir(),
                                                                 key=lambda p: p.name) if p.name.endswith(".proto")]
         members += [(f"google/rpc/{n}", rpc / n) for n in GOOGLE_RPC]
+        members += [(HEALTH, contract / HEALTH)]
         for arcname, src in members:
             with resources.as_file(src) as path:
                 tar.add(path, arcname=f"{name}/{arcname}")

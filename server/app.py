@@ -17,6 +17,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -28,6 +29,7 @@ from sapgrid.v1 import echo_service_pb2, echo_service_pb2_grpc, sapgrid_service_
 from . import logs, tracing
 from .logs import CallLog
 from .admission import RESERVED_THREADS, Admission
+from . import auth, quota, tls
 from .config import ServerConfig
 from .metrics import Metrics
 from .registry import MemoryBudget, Registry
@@ -67,6 +69,16 @@ class App:
     metrics: Metrics
     pool: ThreadPoolExecutor
     metrics_port: int = -1
+    storage: Any = None               # storage.Storage with --data-dir
+    default_world: Any = None         # its sapcore.WorldConfig, created at start when there is none
+    recovered: Any = None             # storage.Recovered: what recovery found at start
+    authenticator: "auth.Authenticator | None" = None
+    watchdog: "quota.Watchdog | None" = None
+    health_pool: "quota.HealthPool | None" = None
+    health_server: "grpc.Server | None" = None    # --health-listen: plaintext health only
+    health_port: int = -1
+    certificates: "tls.CertificateFiles | None" = None
+    quotas: "quota.ClientQuotas | None" = None
 
     @property
     def address(self) -> str:
@@ -78,7 +90,20 @@ class App:
         return (SAPGRID_SERVICE, ECHO_SERVICE) if self.cfg.echo else (SAPGRID_SERVICE,)
 
     def start(self) -> None:
+        """Start serving. With a data directory, health is NOT_SERVING (and world calls UNAVAILABLE) until
+        every world in it is recovered."""
+        for name in ("", *self.services):
+            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         self.server.start()
+        if self.health_server is not None:
+            self.health_server.start()
+        if self.watchdog is not None:
+            self.watchdog.start()
+        if self.storage is not None:
+            self.recovered = self.storage.recover(self.registry)
+            self.registry.recovering = False
+        if self.default_world is not None and self.cfg.default_world not in self.registry.worlds:
+            self.registry.create(self.cfg.default_world, self.default_world)
         for name in ("", *self.services):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
@@ -90,8 +115,20 @@ class App:
         stopped = self.server.stop(grace)          # new calls refused; open ones cancelled after grace
         self.registry.close(grace + 5.0)           # open frame calls end, worlds finish their jobs
         stopped.wait(10.0)
+        if self.storage is not None:
+            self.storage.close()                   # snapshots finish, every log is fsynced
+        if self.health_server is not None:
+            self.health_server.stop(0)
         self.metrics.stop_http()
         self.pool.shutdown(wait=False)
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        if self.health_pool is not None:
+            self.health_pool.shutdown()
+
+    def reload_auth(self) -> bool:
+        """Re-read the auth file (SIGHUP); on any error the previous one stays in force."""
+        return self.authenticator.reload() if self.authenticator is not None else False
 
 
 def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | None = None) -> App:
@@ -114,53 +151,160 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
                                         cells=cfg.default_world_cells, threads=cfg.engine_threads or None)
         except ConfigError as exc:
             raise StartupError(f"--default-world-*: the default world's configuration: {exc}") from None
+    authenticator, certificates = _security(cfg)
     metrics = metrics or Metrics()
+    quotas = quota.ClientQuotas(cfg.max_calls_per_client, cfg.max_worlds_per_client, cfg.max_objects_per_client,
+                                on_refused=metrics.client_refused)
     registry = Registry(metrics, queue_size=cfg.queue_size, subscriber_limit=cfg.subscriber_queue,
                         subscriber_bytes=cfg.subscriber_queue_bytes,
-                        budget=MemoryBudget(cfg.max_world_bytes, cfg.max_server_bytes or _three_quarters_of_memory()),
+                        budget=quota.QuotaBudget(cfg.max_world_bytes, cfg.max_server_bytes or _three_quarters_of_memory(),
+                                                 quotas),
                         max_worlds=cfg.max_worlds, engine_threads=cfg.engine_threads, validate=cfg.validate,
                         world_factory=world_factory)
     admission = Admission(cfg.worker_threads, on_change=metrics.set_call_slots_in_use,
                           on_refused=metrics.call_refused)
     metrics.set_call_slots(cfg.worker_threads)
+    quotas.registry = registry
     threads = cfg.worker_threads + RESERVED_THREADS
     pool = ThreadPoolExecutor(threads, thread_name_prefix="sapgrid-call")
-    # Beyond the threads, a few short calls may wait for one; any call past that is refused by gRPC.
-    server = grpc.server(pool, options=grpc_options(cfg), interceptors=(*tracing.setup(), CallLog(), admission),
-                         maximum_concurrent_rpcs=threads + 4 * RESERVED_THREADS)
+    # Calls beyond the threads wait for one (a refused long call gives its thread back at once); the health
+    # check has a pool of its own, so it is never refused nor waits behind them.
+    health_pool = quota.HealthPool()
+    watchdog = quota.Watchdog(cfg.stream_idle_seconds, cfg.subscriber_stall_seconds, on_timeout=metrics.client_refused)
+    guards = []
+    if authenticator is not None:
+        guards.append(auth.AuthInterceptor(authenticator, _request_classes(), on_refused=metrics.client_refused))
+    guards.append(auth.AuditCalls(_request_classes()))
+    server = grpc.server(pool, options=grpc_options(cfg),
+                         interceptors=(health_pool, *tracing.setup(), CallLog(), *guards, quota.ClientCalls(quotas),
+                                       admission, watchdog))
     ownership = cluster.from_config(cfg.cluster_members, cfg.cluster_self)
-    add_to_server(SapgridServicer(registry, metrics, ownership), server)
+    add_to_server(SapgridServicer(registry, metrics, ownership, quotas=quotas), server)
     if cfg.echo:
         echo_service_pb2_grpc.add_EchoServiceServicer_to_server(EchoServicer(cfg.max_message_bytes), server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     services = (SAPGRID_SERVICE, ECHO_SERVICE) if cfg.echo else (SAPGRID_SERVICE,)
-    reflection.enable_server_reflection((*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                                         reflection.SERVICE_NAME), server)
+    if cfg.reflection == "on":
+        reflection.enable_server_reflection((*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                                             reflection.SERVICE_NAME), server)
     port = 0
     if _bindable(cfg.listen):                   # else gRPC would log its own error line before failing
         try:
-            port = server.add_insecure_port(cfg.listen)
+            if certificates is not None:
+                port = server.add_secure_port(cfg.listen, tls.server_credentials(certificates))
+            else:
+                port = server.add_insecure_port(cfg.listen)
         except RuntimeError:                     # grpcio: "Failed to bind to address ..."
             port = 0
     if port == 0:
         pool.shutdown(wait=False)
+        health_pool.shutdown()
         raise StartupError(f"--listen {cfg.listen}: cannot listen there (the port is in use, or the address is "
                            f"not this machine's)")
-    app = App(cfg, server, port, health, registry, metrics, pool)
+    storage = None
+    if cfg.data_dir:
+        from .storage import Storage
+        try:
+            storage = Storage(cfg.data_dir, cfg.fsync, cfg.snapshot_bytes, metrics=metrics)
+        except (OSError, ValueError) as exc:
+            server.stop(0)
+            pool.shutdown(wait=False)
+            health_pool.shutdown()
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise StartupError(f"--data-dir {cfg.data_dir}: {reason}") from None
+        registry.storage = storage
+        registry.recovering = True
+    app = App(cfg, server, port, health, registry, metrics, pool, authenticator=authenticator, watchdog=watchdog,
+              health_pool=health_pool, certificates=certificates, quotas=quotas, storage=storage)
+    if cfg.health_listen:
+        app.health_server, app.health_port = _health_server(cfg.health_listen, health, health_pool)
+        if app.health_port == 0:
+            server.stop(0)
+            pool.shutdown(wait=False)
+            health_pool.shutdown()
+            if storage is not None:
+                storage.close()
+            raise StartupError(f"--health-listen {cfg.health_listen}: cannot listen there (the port is in use, or "
+                               f"the address is not this machine's)")
     if cfg.metrics_port >= 0:
         try:
-            app.metrics_port = metrics.serve_http(cfg.metrics_host, cfg.metrics_port)
+            app.metrics_port = metrics.serve_http(cfg.metrics_host, cfg.metrics_port, cfg.metrics_tls_cert,
+                                                  cfg.metrics_tls_key)
         except OSError as exc:
             server.stop(0)
             pool.shutdown(wait=False)
+            health_pool.shutdown()
+            if storage is not None:
+                storage.close()
             raise StartupError(f"--metrics-port {cfg.metrics_port} (--metrics-host {cfg.metrics_host}): cannot serve "
                                f"metrics there ({exc.strerror or exc})") from None
     # In a cluster, the default world is created only by the replica the ring gives it to.
     if default_world is not None and (ownership is None or ownership.ring.owner(cfg.default_world)
                                       == ownership.self_member):
-        registry.create(cfg.default_world, default_world)
+        if storage is None:
+            registry.create(cfg.default_world, default_world)
+        else:                                   # after recovery (it may be in the data directory)
+            app.default_world = default_world
     return app
+
+
+def _security(cfg: ServerConfig):
+    """(Authenticator or None, CertificateFiles or None) of cfg, checked before anything is bound; a
+    non-loopback --listen needs --auth-file or --insecure."""
+    authenticator = certificates = None
+    if cfg.auth_file:
+        try:
+            authenticator = auth.Authenticator(cfg.auth_file)
+        except auth.AuthFileError as exc:
+            raise StartupError(f"--auth-file: {exc}") from None
+    elif not cfg.insecure and not is_loopback(cfg.listen):
+        raise StartupError(f"--listen {cfg.listen}: without --auth-file anyone who reaches this address could do "
+                           f"anything; give --auth-file (see `sapgrid auth token`), listen on 127.0.0.1, or pass "
+                           f"--insecure")
+    try:
+        if cfg.tls_cert:
+            certificates = tls.CertificateFiles(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca)
+            tls.check_pair(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca)
+        if cfg.metrics_tls_cert:
+            tls.check_pair(cfg.metrics_tls_cert, cfg.metrics_tls_key, flags=("--metrics-tls-cert", "--metrics-tls-key", ""))
+    except tls.TLSFileError as exc:
+        raise StartupError(str(exc)) from None
+    return authenticator, certificates
+
+
+def _health_server(listen: str, health: HealthServicer, health_pool) -> tuple[grpc.Server, int]:
+    """A plaintext server of the health service alone (for probes that cannot speak TLS, such as
+    Kubernetes' gRPC probes): it tells whether the server is serving, and nothing else."""
+    server = grpc.server(health_pool.pool)
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    port = 0
+    if _bindable(listen):
+        try:
+            port = server.add_insecure_port(listen)
+        except RuntimeError:
+            port = 0
+    return server, port
+
+
+def is_loopback(listen: str) -> bool:
+    """Is HOST of HOST:PORT a loopback address (127.0.0.0/8, ::1, localhost)?"""
+    import ipaddress
+
+    host = listen.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _request_classes() -> dict:
+    from google.protobuf import message_factory
+
+    service = sapgrid_service_pb2.DESCRIPTOR.services_by_name["SapgridService"]
+    return {m.name: message_factory.GetMessageClass(m.input_type) for m in service.methods}
 
 
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
@@ -205,6 +349,19 @@ def _bindable(listen: str) -> bool:
     return True
 
 
+def security_summary(cfg: ServerConfig) -> str:
+    """One line saying how callers are authenticated and whether the port is encrypted."""
+    transport = ("mutual TLS (client certificates required)" if cfg.tls_client_ca else "TLS") if cfg.tls_cert \
+        else "plaintext (no TLS)"
+    if cfg.auth_file:
+        who = f"auth: tokens and certificates of {cfg.auth_file} (SIGHUP reloads it)"
+    elif cfg.insecure and not is_loopback(cfg.listen):
+        who = "NO AUTH (--insecure): anyone who reaches this address may do anything"
+    else:
+        who = "no auth: loopback only (give --auth-file to listen on other addresses)"
+    return f"{transport}; {who}"
+
+
 class StartupError(Exception):
     """The server cannot start as configured; the message is one line naming the flag at fault."""
 
@@ -213,6 +370,7 @@ def serve(cfg: ServerConfig, ready=None) -> int:
     """Run a server in the foreground until SIGTERM/SIGINT, then stop gracefully. ``ready(app)`` is
     called once serving."""
     logs.configure(cfg.log_format)
+    auth.configure_audit()
     try:
         app = build_server(cfg)
     except StartupError as exc:
@@ -221,10 +379,14 @@ def serve(cfg: ServerConfig, ready=None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    if app.authenticator is not None:
+        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=app.reload_auth, daemon=True).start())
     app.start()
-    metrics = f"http://{cfg.metrics_host}:{app.metrics_port}/metrics" if app.metrics_port >= 0 else "off"
+    scheme = "https" if cfg.metrics_tls_cert else "http"
+    metrics = f"{scheme}://{cfg.metrics_host}:{app.metrics_port}/metrics" if app.metrics_port >= 0 else "off"
     print(f"sapgrid: listening on {app.address} (metrics {metrics}; worlds: "
           f"{', '.join(r.name for r in app.registry.list()) or 'none'})", flush=True)
+    print(f"sapgrid: {security_summary(cfg)}", flush=True)
     if ready is not None:
         ready(app)
     while not stop.wait(1.0):

@@ -38,6 +38,13 @@ class ServerConfig:
     keepalive_seconds : server keepalive ping interval (fit for long streams behind load balancers).
     validate : call World.validate() after every frame (slow; for debugging).
     echo : serve the bench-only EchoService (off by default; replies bounded by max_message_bytes).
+    tls_cert, tls_key, tls_client_ca : TLS of the gRPC port (files re-read when they change); with the
+        client CA, mutual TLS. metrics_tls_cert, metrics_tls_key : HTTPS for /metrics.
+    auth_file : tokens and certificate subjects with roles (server/auth.py); without it the server
+        listens only on loopback unless ``insecure``. reflection : "on" or "off". health_listen : a
+        plaintext port of the health service alone (probes that cannot speak TLS).
+    max_calls_per_client, max_worlds_per_client, max_objects_per_client : per-client quotas (0: none).
+    stream_idle_seconds, subscriber_stall_seconds : end idle frame streams and stalled server streams (0: never).
     """
 
     listen: str = DEFAULT_ADDRESS
@@ -63,6 +70,23 @@ class ServerConfig:
     log_format: str = "text"
     cluster_members: str = ""
     cluster_self: str = ""
+    data_dir: str = ""
+    fsync: str = "everysec"
+    snapshot_bytes: int = 64 * MIB
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+    metrics_tls_cert: str = ""
+    metrics_tls_key: str = ""
+    auth_file: str = ""
+    health_listen: str = ""
+    insecure: bool = False
+    reflection: str = "on"
+    max_calls_per_client: int = 0
+    max_worlds_per_client: int = 0
+    max_objects_per_client: int = 0
+    stream_idle_seconds: float = 300.0
+    subscriber_stall_seconds: float = 60.0
 
     def __post_init__(self):
         def bad(field: str, message: str):
@@ -72,6 +96,10 @@ class ServerConfig:
 
         if ":" not in self.listen:
             bad("listen", f"must be HOST:PORT, got {self.listen!r}")
+        if self.fsync not in ("always", "everysec", "no"):
+            bad("fsync", f"must be always, everysec or no, got {self.fsync!r}")
+        if self.snapshot_bytes < 4096:
+            bad("snapshot_bytes", "must be >= 4096")
         if self.log_format not in ("text", "json"):
             bad("log_format", f"must be text or json, got {self.log_format!r}")
         if not -1 <= self.metrics_port <= 65535:
@@ -85,6 +113,21 @@ class ServerConfig:
                 bad(name, "must be >= 1")
         object.__setattr__(self, "default_world_bounds", tuple(float(x) for x in self.default_world_bounds))
         object.__setattr__(self, "default_world_cells", tuple(int(x) for x in self.default_world_cells))
+        if bool(self.tls_cert) != bool(self.tls_key):
+            bad("tls_key" if self.tls_cert else "tls_cert", "--tls-cert and --tls-key go together")
+        if self.tls_client_ca and not self.tls_cert:
+            bad("tls_client_ca", "mutual TLS needs the server's own --tls-cert and --tls-key")
+        if bool(self.metrics_tls_cert) != bool(self.metrics_tls_key):
+            bad("metrics_tls_key" if self.metrics_tls_cert else "metrics_tls_cert",
+                "--metrics-tls-cert and --metrics-tls-key go together")
+        if self.health_listen and ":" not in self.health_listen:
+            bad("health_listen", f"must be HOST:PORT, got {self.health_listen[:80]!r}")
+        if self.reflection not in ("on", "off"):
+            bad("reflection", f"must be on or off, got {self.reflection[:40]!r}")
+        for name in ("max_calls_per_client", "max_worlds_per_client", "max_objects_per_client",
+                     "stream_idle_seconds", "subscriber_stall_seconds"):
+            if not getattr(self, name) >= 0:
+                bad(name, "must be >= 0 (0: off)")
         from .cluster import from_config
         from_config(self.cluster_members, self.cluster_self)  # raises on a bad member list
 
@@ -130,8 +173,34 @@ _HELP = {
     "echo": "also serve the bench-only EchoService (the transport baseline of `sapgrid bench --server`); off by "
             "default, and its replies are bounded by --max-message-bytes",
     "cluster_members": "the cluster's replicas HOST:PORT,HOST:PORT,... (the proxy's ring); worlds the ring "
-                       "gives to another replica are refused (default: not in a cluster)",
+                       "gives to another replica are refused (default: not in a cluster); @PATH: the list in a "
+                       "file, read again whenever the file changes",
     "cluster_self": "this replica's HOST:PORT in --cluster-members",
+    "data_dir": "keep worlds durable in this directory: a write-ahead log of each world's frames and periodic "
+                "snapshots, recovered on start (default: none, worlds live in memory only)",
+    "fsync": "with --data-dir: always (a frame is answered once its log record is on disk), everysec (fsync at "
+             "most a second behind; default) or no (the OS decides)",
+    "snapshot_bytes": "with --data-dir: snapshot a world and cut its log when the log passes this many bytes "
+                      "(default 64 MiB)",
+    "tls_cert": "serve gRPC over TLS with this certificate (PEM; re-read when the file changes)",
+    "tls_key": "the private key of --tls-cert (PEM)",
+    "tls_client_ca": "mutual TLS: require client certificates signed by this CA (PEM)",
+    "metrics_tls_cert": "serve /metrics over HTTPS with this certificate (PEM)",
+    "metrics_tls_key": "the private key of --metrics-tls-cert (PEM)",
+    "auth_file": "tokens and client certificates with their roles on worlds (TOML; reloaded on SIGHUP); "
+                 "without it every caller may do everything, and only a loopback --listen is allowed",
+    "health_listen": "also serve the health service alone, in plaintext, on HOST:PORT (for probes that cannot speak "
+                     "TLS, e.g. Kubernetes' gRPC probes; default: none)",
+    "insecure": "allow a non-loopback --listen without --auth-file (anyone who reaches the port may do anything)",
+    "reflection": "serve gRPC server reflection: on or off (default on)",
+    "max_calls_per_client": "long calls one client (token name, or peer address without auth) may hold at once "
+                            "(default 0: no per-client limit)",
+    "max_worlds_per_client": "worlds one client may have created and hold (default 0: no limit)",
+    "max_objects_per_client": "live objects in the worlds one client created (default 0: no limit)",
+    "stream_idle_seconds": "end a frame stream that sends no frame for this long, freeing its slot "
+                           "(default 300; 0: never)",
+    "subscriber_stall_seconds": "end a subscription (or any server stream) whose client takes no message for this "
+                                "long, freeing its slot (default 60; 0: never)",
 }
 
 

@@ -79,6 +79,22 @@ class ShuttingDown(ServiceError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+class SeqConflict(ServiceError):
+    """A writer's frame out of its sequence: a gap, or a seq older than the answers the world keeps."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+    def __init__(self, message: str):
+        super().__init__(message, field="seq")
+
+
+class Unavailable(ServiceError):
+    """The world cannot take the frame now and nothing changed: its log cannot be written (disk full,
+    I/O error), it is frozen (moving to another replica), or the server is still recovering its worlds."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
 class Cancelled(ServiceError):
     """The caller went away (cancelled, or its deadline passed) before its job started."""
 

@@ -69,12 +69,27 @@ class Metrics:
                                        registry=reg)
         self.calls_refused = Counter("sapgrid_calls_refused_total", "Long calls refused because every slot was "
                                      "in use", registry=reg)
+        # durability (--data-dir): failures that refuse frames or let a log grow, and the fsyncs' latency
+        self.log_write_failures = Counter("sapgrid_log_write_failures_total",
+                                          "Frames refused because their log record could not be written", registry=reg)
+        self.fsync_failures = Counter("sapgrid_fsync_failures_total", "fsyncs of a world's log that failed",
+                                      registry=reg)
+        self.fsync_seconds = Histogram("sapgrid_fsync_duration_seconds", "Seconds of one fsync of a world's log",
+                                       buckets=LATENCY_BUCKETS, registry=reg)
+        self.snapshots = Counter("sapgrid_snapshots_total", "Snapshots written to the data directory, by outcome "
+                                 "(ok or failed)", ["outcome"], registry=reg)
+        self.worlds_unrecovered = Gauge("sapgrid_worlds_unrecovered", "Worlds of the data directory that could "
+                                        "not be recovered at start (not served)", registry=reg)
         self._per_world = (self.objects, self.pairs, self.created, self.deleted, self.swaps, self.overflows,
                            self.queue_depth, self.subscribers, self.subscribers_dropped, self.occupied_cells, self.cell_objects_max,
                            self.cell_objects_mean, self.cell_objects_p99)
         self._children: dict[str, tuple] = {}
         self._depth: dict = {}
         self._http = None
+        self.client_refusals = Counter("sapgrid_client_refusals_total", "Calls refused or ended per client (token "
+                                       "name, or peer): unauthenticated, permission_denied, the quota (calls, "
+                                       "worlds, objects), or a stream ended idle/stalled",
+                                       ["client", "reason"], registry=reg)
 
     # ---- updates ----------------------------------------------------------------------------
     def world_created(self, world: str, count: int) -> None:
@@ -149,9 +164,14 @@ class Metrics:
         self.cell_objects_p99.labels(world).set(float(np.percentile(occupied, 99)) if len(occupied) else 0.0)
 
     # ---- HTTP endpoint ----------------------------------------------------------------------
-    def serve_http(self, host: str, port: int) -> int:
-        """Start /metrics on host:port (0: free port) in a daemon thread; return the bound port."""
-        server, thread = start_http_server(port, addr=host, registry=self.registry)
+    def client_refused(self, client: str, reason: str) -> None:
+        self.client_refusals.labels(client[:128], reason).inc()
+
+    def serve_http(self, host: str, port: int, certfile: str = "", keyfile: str = "") -> int:
+        """Start /metrics on host:port (0: free port) in a daemon thread, over HTTPS with a certificate;
+        return the bound port."""
+        tls = dict(certfile=certfile, keyfile=keyfile) if certfile else {}
+        server, thread = start_http_server(port, addr=host, registry=self.registry, **tls)
         self._http = (server, thread)
         return server.server_port
 

@@ -61,6 +61,7 @@ class FrameView:
     add_static: memoryview = _EMPTY
     update_ids: memoryview = _EMPTY
     update_boxes: memoryview = _EMPTY
+    writer: str = ""
 
 
 _U64 = (1 << 64) - 1
@@ -122,6 +123,10 @@ def _view(buf: memoryview) -> FrameView:
             if wt != _VARINT:
                 raise _Fallback
             view.seq = value
+        elif number == 11:
+            if wt != _LEN:
+                raise _Fallback
+            view.writer = bytes(value).decode("utf-8")    # bad UTF-8: the parser refuses it
         elif number in _BYTES_FIELDS:
             if wt != _LEN:
                 raise _Fallback
@@ -277,7 +282,8 @@ def delta_bytes(applied) -> bytes:
         d = applied.delta
         raw = frame_pb2.Delta(seq=applied.seq, world=applied.world, frame=applied.frame,
                               created=to_bytes(d.created, U64), deleted=to_bytes(d.deleted, U64),
-                              stats=stats_message(d.stats, applied.queue_s, applied.server_s)).SerializeToString()
+                              stats=stats_message(d.stats, applied.queue_s, applied.server_s),
+                              pairs_digest=applied.digest).SerializeToString()
         applied.encoded = raw
     return raw
 
@@ -286,7 +292,8 @@ def world_info(runner) -> world_pb2.WorldInfo:
     """WorldInfo message of a registry.WorldRunner."""
     stats = world_pb2.WorldStats(objects=runner.objects, pairs=runner.pairs, frames=runner.frames,
                                  frames_rejected=runner.rejected, queue_depth=runner.queue_depth,
-                                 subscribers=runner.subscribers)
+                                 subscribers=runner.subscribers, pairs_digest=runner.digest,
+                                 writers=runner.writers.seqs(), frozen=runner.frozen)
     last = runner.last
     if last is not None:
         stats.last_frame.CopyFrom(stats_message(last.delta.stats, last.queue_s, last.server_s))

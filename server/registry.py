@@ -34,10 +34,15 @@ from typing import Any
 
 import numpy as np
 
+from sapgrid.layout import digest_step, pairs_digest
+
 from .interest import RegionDelta, RegionView
-from . import tracing
-from .errors import Cancelled, Exhausted, InvalidInput, ShuttingDown, WorldExists, WorldNotFound, outcome
+from . import protocol, tracing
+from .errors import (Cancelled, Exhausted, InvalidInput, ShuttingDown, Unavailable, WorldExists, WorldNotFound,
+                     outcome)
 from .metrics import Metrics
+from .snapshot import State
+from .writers import Writers
 
 log = logging.getLogger("sapgrid.server")
 
@@ -104,6 +109,9 @@ class Applied:
     server_s: float = 0.0
     occupancy: Any = None
     encoded: bytes | None = None
+    digest: int = 0                   # the world's pair digest after the frame
+    duplicate: bool = False           # a writer's frame applied before: ``encoded`` is its first answer
+    sync: Any = None                  # (log, position) the answer waits for under --fsync always
 
 
 class MemoryBudget:
@@ -223,6 +231,10 @@ class WorldRunner:
     objects: int = 0
     pairs: int = 0
     last: Applied | None = None       # the last applied frame
+    digest: int = 0                   # pair digest of the active pairs (sapgrid.layout.pairs_digest)
+    frozen: bool = False              # frames refused UNAVAILABLE "moving" (FreezeWorld)
+    writers: Writers = field(default_factory=Writers)
+    log: Any = None                   # storage.WorldLog of a server with a data directory, else None
     closed: bool = False              # no new jobs (deleted, or the server is shutting down)
     deleted: bool = False             # deleted: its metric series are gone
 
@@ -321,42 +333,101 @@ class WorldRunner:
             return fn()
 
     # ---- frames -----------------------------------------------------------------------------
-    def apply(self, arrays: dict, seq: int, received: float, caller: Caller) -> Applied:
+    def apply(self, arrays: dict, seq: int, received: float, caller: Caller, writer: str = "",
+              raw: bytes | None = None) -> Applied:
         """Apply one frame (``World.step`` keyword arrays) in the world's turn; return it as Applied.
 
-        Every refusal (full line, engine validation) raises and is counted. Call ``published`` with the
-        result once the caller has its answer.
+        writer: the frame's writer ("" none; checked by ``writers.check_writer``): a frame it already
+        applied is answered with its first answer (``Applied.duplicate``), never applied again.
+        raw: the request as received, appended to the world's log (with a data directory) before the frame
+        is applied. Every refusal (full line, writer's seq, log write, engine validation) raises, is
+        counted, and changes nothing. Call ``published`` with the result once the caller has its answer.
         """
         try:
             with self.turn(caller) as waited:
-                start = time.perf_counter()
-                adds = arrays.get("add_ids")
-                if adds is not None:
-                    self.budget.check_adds(self.name, len(adds))
-                delta = self.world.step(**arrays)
-                if adds is not None:
-                    self.budget.held(self.name, self.world.memory_bytes())
-                if self.validate:
-                    self.world.validate()
-                self.frames += 1
-                stats = delta.stats
-                self.objects, self.pairs = stats.objects, stats.pairs
-                occupancy = None
-                if start - self._last_occupancy >= OCCUPANCY_PERIOD_S:
-                    self._last_occupancy = start
-                    occupancy = np.asarray(self.world.cell_occupancy())
-                applied = Applied(self.name, seq, self.frames, delta, waited, time.perf_counter() - received,
-                                  occupancy)
-                self.last = applied
-                if self._subscribers:             # in frame order: still holding the world
-                    with self._mutex:
-                        subs = list(self._subscribers)
-                    for sub in subs:              # a region view's work is done outside the mutex
-                        sub.offer(applied if sub.view is None else self._region_frame(sub.view, applied))
-                return applied
+                applied = self._frame(arrays, seq, writer, raw, waited, received)
+            if applied.sync is not None:         # --fsync always: answered once its record is on disk
+                log, position = applied.sync
+                log.wait_synced(position)
+            return applied
         except Exception as exc:
             self.count_refusal(exc)
             raise
+
+    def _frame(self, arrays: dict, seq: int, writer: str, raw, waited: float, received: float,
+               replay: bool = False) -> Applied:
+        """In the world's turn: writer check, log append, engine step, digest, writer's answer, subscribers.
+        replay: recovery from the log (nothing appended, nobody to answer or notify)."""
+        if writer:
+            answer = self.writers.answer(writer, seq)
+            if answer is not None:
+                sync = None if self.log is None or replay else self.log.sync_point()
+                return Applied(self.name, seq, 0, None, encoded=answer, duplicate=True, sync=sync)
+        if self.frozen and not replay:
+            raise Unavailable(f"world {self.name!r} is moving (frozen): its frames are refused until it is "
+                              f"unfrozen or served by its new replica", "world")
+        start = time.perf_counter()
+        adds = arrays.get("add_ids")
+        if adds is not None:
+            self.budget.check_adds(self.name, len(adds))
+        mark = None
+        if self.log is not None and not replay:
+            mark = self.log.append(raw, self.frames + 1, seq, writer)    # Unavailable if it cannot be written
+        try:
+            delta = self.world.step(**arrays)
+        except BaseException:
+            if mark is not None:
+                self.log.rollback(mark)                       # the refused frame leaves the log
+            raise
+        if adds is not None:
+            self.budget.held(self.name, self.world.memory_bytes())
+        if self.validate:
+            self.world.validate()
+        self.frames += 1
+        self.digest = digest_step(self.digest, delta.created, delta.deleted)
+        stats = delta.stats
+        self.objects, self.pairs = stats.objects, stats.pairs
+        occupancy = None
+        if not replay and start - self._last_occupancy >= OCCUPANCY_PERIOD_S:
+            self._last_occupancy = start
+            occupancy = np.asarray(self.world.cell_occupancy())
+        applied = Applied(self.name, seq, self.frames, delta, waited, time.perf_counter() - received,
+                          occupancy, digest=self.digest)
+        if writer:
+            answer = protocol.delta_bytes(applied)
+            self.writers.record(writer, seq, answer)
+            if mark is not None:
+                self.log.append_answer(answer, self.frames, seq, writer)
+        self.last = applied
+        if mark is not None:
+            self.log.applied(self)                            # may cut the log and start a snapshot
+            if self.log.sync_always:
+                applied.sync = self.log.sync_point()
+        if self._subscribers and not replay:      # in frame order: still holding the world
+            with self._mutex:
+                subs = list(self._subscribers)
+            for sub in subs:              # a region view's work is done outside the mutex
+                sub.offer(applied if sub.view is None else self._region_frame(sub.view, applied))
+        return applied
+
+    def set_frozen(self, frozen: bool) -> None:
+        """FreezeWorld, in the world's turn (between two frames). With a data directory the flag is on disk
+        first (a restart keeps it); Unavailable, and nothing changed, if it cannot be written."""
+        if self.log is not None:
+            self.log.set_frozen(frozen)
+        self.frozen = frozen
+
+    def replay(self, arrays: dict, seq: int, writer: str) -> Applied:
+        """Recovery: apply a frame of the log as it was applied before (no log append, no answer)."""
+        return self._frame(arrays, seq, writer, None, 0.0, time.perf_counter(), replay=True)
+
+    def state(self) -> State:
+        """A copy of everything the world is made of, for a snapshot. Call it in the world's turn."""
+        c = self.config
+        ids, boxes, category, mask, static = self.world.export()
+        return State(self.name, c.dims, tuple(c.bounds), tuple(c.cells), int(c.threads or 0), int(c.max_objects),
+                     float(c.coord_limit), self.expected_objects, self.frames, self.rejected, self.digest,
+                     self.writers.copy_state(), ids, boxes, category, mask, static)
 
     def _region_frame(self, view, applied: Applied) -> Applied:
         """A region subscriber's Applied: the pairs entering and leaving its view (interest.py)."""
@@ -367,7 +438,9 @@ class WorldRunner:
 
     def published(self, applied: Applied) -> None:
         """Metrics (and trace spans, when tracing is on) of an applied frame, after its answer is on its
-        way: off the round trip."""
+        way: off the round trip. A duplicate's answer is not an applied frame: nothing to count."""
+        if applied.duplicate:
+            return
         tracing.frame(applied)
         with self._mutex:
             if not self.deleted:
@@ -421,6 +494,11 @@ class WorldRunner:
             self._refuse_waiting()
             on_deleted()
 
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no job holds the world (after ``delete``: its running job is done)."""
+        with self._mutex:
+            return self._idle.wait_for(lambda: not self._busy, timeout)
+
     def drain(self, timeout: float | None = None) -> bool:
         """Shutdown: take no new jobs, let the running and waiting ones finish, then end subscribers.
         False if jobs were still running or waiting after ``timeout`` seconds (the waiting ones are refused)."""
@@ -449,6 +527,8 @@ class Registry:
         self.validate = validate
         self.world_factory = world_factory
         self.worlds: dict[str, WorldRunner] = {}
+        self.storage = None               # storage.Storage of a server with a data directory
+        self.recovering = False           # calls are refused UNAVAILABLE until the data directory is recovered
         self._pending: set[str] = set()
         self._mutex = threading.Lock()
         self._calls_done = threading.Condition(self._mutex)
@@ -456,6 +536,8 @@ class Registry:
         self.closing = False
 
     def get(self, name: str) -> WorldRunner:
+        if self.recovering:
+            raise Unavailable("the server is recovering its worlds from its data directory; try again soon")
         runner = self.worlds.get(name)
         if runner is None:
             raise WorldNotFound(name)
@@ -465,8 +547,13 @@ class Registry:
         worlds = dict(self.worlds)
         return [worlds[n] for n in sorted(worlds)]
 
-    def create(self, name: str, config, expected_objects: int = 0, if_not_exists: bool = False) -> WorldRunner:
-        """A new world of ``config`` (a sapcore.WorldConfig) named ``name``."""
+    def create(self, name: str, config, expected_objects: int = 0, if_not_exists: bool = False,
+               state: State | None = None, recovered: bool = False) -> WorldRunner:
+        """A new world of ``config`` (a sapcore.WorldConfig) named ``name``; with ``state`` (a snapshot's),
+        holding the snapshot's objects, counters and writers. With a data directory its files are made
+        (``recovered``: they exist already) before it is served."""
+        if self.recovering and not recovered:
+            raise Unavailable("the server is recovering its worlds from its data directory; try again soon")
         if not NAME_RE.match(name):
             raise InvalidInput(f"name: {name[:80]!r} is not 1-64 characters of [A-Za-z0-9_.-]", "name")
         with self._mutex:
@@ -493,6 +580,10 @@ class Registry:
             runner = WorldRunner(name, world, config, int(expected_objects), self.metrics,
                                  self.queue_size, self.subscriber_limit, self.subscriber_bytes, self.budget,
                                  generation, self.validate)
+            if state is not None:
+                self._fill(runner, state)
+            if self.storage is not None and not recovered:
+                runner.log = self.storage.open_world(runner)      # its first snapshot, durable
             with self._mutex:
                 self.worlds[name] = runner
                 self.metrics.world_created(name, len(self.worlds))
@@ -505,6 +596,44 @@ class Registry:
         log.info("world %r created: dims=%d cells=%s", name, config.dims, config.cells)
         return runner
 
+    def _fill(self, runner: WorldRunner, state: State) -> None:
+        """A new world gets a snapshot's objects in one batch insert, its counters and writers; the pairs
+        must give the snapshot's digest (else INVALID_ARGUMENT: the data does not make that world)."""
+        from sapcore.errors import SapcoreError
+
+        n = len(state.ids)
+        if n:
+            self.budget.check_adds(runner.name, n)
+            try:
+                delta = runner.world.step(add_ids=state.ids, add_boxes=state.boxes, add_category=state.category,
+                                          add_mask=state.mask, add_static=state.static)
+            except SapcoreError as exc:
+                raise InvalidInput(f"snapshot: its objects are not a valid world ({exc})", "chunk") from None
+            self.budget.held(runner.name, runner.world.memory_bytes())
+            digest = pairs_digest(delta.created)
+        else:
+            digest = 0
+        if digest != state.digest:
+            raise InvalidInput(f"snapshot: its objects give pair digest {digest:#018x}, the snapshot says "
+                               f"{state.digest:#018x} (damaged or not made by this engine)", "chunk")
+        runner.frames, runner.rejected, runner.digest = state.frames, state.rejected, state.digest
+        runner.objects, runner.pairs = runner.world.object_count, runner.world.pair_count
+        runner.writers = Writers.from_state(state.writers)
+
+    def restore(self, name: str, state: State) -> WorldRunner:
+        """A world made from a snapshot's state, named ``name`` (or the snapshot's own name when empty)."""
+        from sapcore import WorldConfig
+        from sapcore.errors import ConfigError
+
+        name = name or state.name
+        try:
+            config = WorldConfig(dims=state.dims, bounds=state.bounds, cells=state.cells,
+                                 threads=state.threads or self.engine_threads or None,
+                                 max_objects=state.max_objects, coord_limit=state.coord_limit)
+        except ConfigError as exc:
+            raise InvalidInput(f"snapshot: its configuration is not valid ({exc})", "chunk") from None
+        return self.create(name, config, state.expected_objects, state=state)
+
     def delete(self, name: str) -> None:
         with self._mutex:
             runner = self.worlds.pop(name, None)
@@ -512,6 +641,9 @@ class Registry:
                 raise WorldNotFound(name)
             count = len(self.worlds)
         runner.delete(lambda: self.metrics.world_deleted(name, count))
+        if runner.log is not None:
+            runner.wait_idle()            # its running job (a frame writing its log) finishes first
+            runner.log.delete()           # then its files go
         self.budget.close_world(name)
         log.info("world %r deleted", name)
 

@@ -17,10 +17,13 @@ from sapgrid.v1 import echo_service_pb2_grpc as echo_grpc
 from sapgrid.v1 import sapgrid_service_pb2 as pb
 from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
 
-from . import cluster, protocol
-from .errors import Cancelled, InvalidInput, WorldGone, WorldNotFound, abort, frame_error, short
+from . import auth, cluster, protocol, snapshot
+from .errors import Cancelled, Exhausted, InvalidInput, WorldGone, WorldNotFound, abort, frame_error, short
 from .metrics import Metrics
 from .registry import Caller, Registry
+from .writers import check_writer
+
+SNAPSHOT_CHUNK = 1 << 20          # bytes per SnapshotWorld message
 
 
 def _unary(method):
@@ -45,15 +48,26 @@ def _streaming(method):
     return call
 
 
-def _parsed(method, request_class, streaming: bool):
+def _parsed(method, request_class, streaming: bool, client_streaming: bool = False):
     """A method whose request arrives as bytes and is parsed here: bytes that are not a valid message are
-    INVALID_ARGUMENT (a deserializer registered with gRPC would make them INTERNAL, with a traceback)."""
+    INVALID_ARGUMENT (a deserializer registered with gRPC would make them INTERNAL, with a traceback).
+    A client-streaming method gets an iterator of parsed messages; a bad one raises InvalidInput from it
+    (the method's ``_unary`` / ``_streaming`` wrapper ends the call with its status)."""
     def parse(raw: bytes):
         try:
             return request_class.FromString(raw)
         except DecodeError as exc:
             raise InvalidInput(f"request: not a valid {request_class.DESCRIPTOR.name} ({exc})", "request") from None
 
+    if client_streaming:
+        def messages(raw_iterator):
+            for raw in raw_iterator:
+                yield parse(raw)
+
+        @functools.wraps(method)
+        def call(raw_iterator, context):
+            return method(messages(raw_iterator), context)
+        return call
     if streaming:
         @functools.wraps(method)
         def call(raw, context):
@@ -88,7 +102,7 @@ def add_to_server(servicer: "SapgridServicer", server) -> None:
         response = message_factory.GetMessageClass(m.output_type)
         method = getattr(servicer, m.name)
         if m.name not in raw_request:
-            method = _parsed(method, request, m.server_streaming)
+            method = _parsed(method, request, m.server_streaming, m.client_streaming)
         handlers[m.name] = make[m.client_streaming, m.server_streaming](
             method, request_deserializer=None,
             response_serializer=None if m.name in raw_response else response.SerializeToString)
@@ -99,10 +113,11 @@ def add_to_server(servicer: "SapgridServicer", server) -> None:
 class SapgridServicer(pb_grpc.SapgridServiceServicer):
     """Each call runs in its own server thread and does its engine work itself (see registry.py)."""
 
-    def __init__(self, registry: Registry, metrics: Metrics, ownership=None):
+    def __init__(self, registry: Registry, metrics: Metrics, ownership=None, quotas=None):
         self.registry = registry
         self.metrics = metrics
         self.ownership = ownership  # cluster.Ownership of a replica in a cluster, else None
+        self.quotas = quotas        # quota.ClientQuotas (worlds per client), or None
 
     # ---- worlds -----------------------------------------------------------------------------
     @_unary
@@ -110,17 +125,29 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         if self.ownership is not None:
             self.ownership.check(request.name)
         config = protocol.world_config(request.config, self.registry.engine_threads)
-        runner = self.registry.create(request.name, config, request.config.expected_objects, request.if_not_exists)
+        reserved = self.quotas is not None and request.name not in self.registry.worlds
+        if reserved:
+            self.quotas.world_reserve(auth.client_name(context), request.name)
+        try:
+            runner = self.registry.create(request.name, config, request.config.expected_objects,
+                                          request.if_not_exists)
+        except BaseException:
+            if reserved and request.name not in self.registry.worlds:
+                self.quotas.world_released(request.name)
+            raise
         return pb.CreateWorldResponse(world=protocol.world_info(runner))
 
     @_unary
     def DeleteWorld(self, request, context):
         self.registry.delete(request.name)
+        if self.quotas is not None:
+            self.quotas.world_released(request.name)
         return pb.DeleteWorldResponse()
 
     @_unary
     def ListWorlds(self, request, context):
-        return pb.ListWorldsResponse(worlds=[protocol.world_info(r) for r in self.registry.list()],
+        return pb.ListWorldsResponse(worlds=[protocol.world_info(r) for r in self.registry.list()
+                                             if auth.may(context, auth.READER, r.name)],   # only what it may read
                                      server_version=__version__)
 
     @_unary
@@ -128,11 +155,12 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         return pb.GetWorldResponse(world=protocol.world_info(self.registry.get(request.name)))
 
     # ---- frames -----------------------------------------------------------------------------
-    def _apply(self, frame, received: float, caller: Caller, generations: dict | None = None):
+    def _apply(self, frame, received: float, caller: Caller, generations: dict | None = None, raw: bytes = b""):
         """Apply one decoded frame: (runner, Applied). Refusals raise, counted per world.
 
         generations: a stream's worlds by name -> the generation it first wrote to; a frame for a world
         deleted and created again since is NOT_FOUND, never written into the new world."""
+        auth.require(caller.context, auth.WRITER, frame.world, "frame")   # each frame's own world
         try:
             runner = self.registry.get(frame.world)
             if generations is not None and generations.setdefault(frame.world, runner.generation) != runner.generation:
@@ -141,11 +169,12 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
             self.metrics.frame_rejected(None, "not_found")
             raise
         try:
+            check_writer(frame.writer, frame.seq)
             arrays = protocol.frame_arrays(frame, runner.dims)
         except Exception as exc:
             runner.count_refusal(exc)
             raise
-        return runner, runner.apply(arrays, frame.seq, received, caller)
+        return runner, runner.apply(arrays, frame.seq, received, caller, frame.writer, raw)
 
     # ApplyFrame, StreamFrames and Subscribe are registered with raw-bytes (de)serializers (see
     # ``add_to_server``): frames are read zero-copy and the Delta, serialized once, is framed into the
@@ -154,7 +183,7 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
     def ApplyFrame(self, raw: bytes, context):
         received = time.perf_counter()
         with self.registry.frame_call():
-            runner, applied = self._apply(protocol.read_frame(raw), received, Caller(context))
+            runner, applied = self._apply(protocol.read_frame(raw), received, Caller(context), raw=raw)
         runner.published(applied)
         return protocol.apply_response(applied)
 
@@ -175,7 +204,7 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
                     seq = frame.seq
                     if bound and frame.world != bound:
                         raise cluster.WrongWorld(frame.world, bound)
-                    runner, applied = self._apply(frame, received, caller, generations)
+                    runner, applied = self._apply(frame, received, caller, generations, raw)
                 except Cancelled:
                     return
                 except Exception as exc:
@@ -215,6 +244,68 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         world = runner.world
         pairs, frame = runner.run(lambda: (world.pairs(), runner.frames), Caller(context))
         yield from protocol.pairs_chunks(pairs, size, frame)
+
+    # ---- snapshots, restore, freeze -----------------------------------------------------------
+    @_streaming
+    def SnapshotWorld(self, request, context):
+        # The world's state is copied between two frames (numpy copies); it is encoded and sent outside its turn.
+        runner = self.registry.get(request.name)
+        state = runner.run(runner.state, Caller(context))
+        data = snapshot.encode(state)
+        total = len(data)
+        view = memoryview(data)
+        for start in range(0, max(total, 1), SNAPSHOT_CHUNK):
+            yield pb.SnapshotWorldResponse(chunk=bytes(view[start:start + SNAPSHOT_CHUNK]), total_bytes=total,
+                                           frame=state.frames)
+
+    @_unary
+    def RestoreWorld(self, request_iterator, context):
+        name, parts, size, limit = None, [], 0, None
+        for request in request_iterator:
+            if name is None:
+                name = request.name
+            parts.append(request.chunk)
+            size += len(request.chunk)
+            if limit is None and size >= snapshot.HEADER_BYTES:
+                try:
+                    _, limit = snapshot.header(b"".join(parts))
+                except snapshot.SnapshotError as exc:
+                    raise InvalidInput(str(exc), "chunk") from None
+                budget = self.registry.budget.world_bytes
+                if budget and limit > budget:        # refused before it is read: a world of it would not fit
+                    raise Exhausted(f"snapshot: {limit} bytes, more than the per-world memory budget of "
+                                    f"{budget >> 20} MiB (--max-world-bytes)", "chunk")
+            if limit is not None and size > limit:
+                raise InvalidInput(f"snapshot: more than the {limit} bytes its header says", "chunk")
+        if name is None:
+            raise InvalidInput("no snapshot: the call sent no message", "chunk")
+        try:
+            state = snapshot.decode(b"".join(parts))
+        except snapshot.SnapshotError as exc:
+            raise InvalidInput(str(exc), "chunk") from None
+        name = name or state.name
+        if self.ownership is not None:
+            self.ownership.check(name)
+        auth.require(context, auth.ADMIN, name, "RestoreWorld")    # the snapshot's own name too
+        reserved = self.quotas is not None and name not in self.registry.worlds
+        if reserved:
+            self.quotas.world_reserve(auth.client_name(context), name)
+        try:
+            runner = self.registry.restore(name, state)
+        except BaseException:
+            if reserved and name not in self.registry.worlds:
+                self.quotas.world_released(name)
+            raise
+        return pb.RestoreWorldResponse(world=protocol.world_info(runner))
+
+    @_unary
+    def FreezeWorld(self, request, context):
+        runner = self.registry.get(request.name)
+
+        def freeze():                                   # between two frames
+            runner.set_frozen(request.frozen)         # with a data directory: on disk first
+        runner.run(freeze, Caller(context))
+        return pb.FreezeWorldResponse(world=protocol.world_info(runner))
 
     def Subscribe(self, request, context):
         try:

@@ -410,3 +410,44 @@ def test_repeated_lists_of_small_and_large_ids():
         d = t.step(update_ids=every, update_boxes=eb)
         assert d.stats.cells_touched > 0
         t.check_state()
+
+
+def test_serial_frame_falls_back_to_the_general_phases_where_it_must(monkeypatch):
+    """A frame on the calling thread runs phases 4-7 in one call, which leaves to the general phases an
+    event slice that overflowed, a pair set without room and the world's pair table without room: each
+    of the three happens here (counted), and every frame matches the oracle."""
+    from sapcore import world as world_mod
+    from sapcore.kernels import frame as kframe
+
+    seen = {kframe.PAIRS_OVERFLOW: 0, kframe.PAIRS_NET: 0, kframe.PAIRS_MERGE: 0, kframe.PAIRS_DONE: 0}
+    real = kframe.frame_pairs
+
+    def counted(*args):
+        out = real(*args)
+        seen[out[0]] += 1
+        return out
+
+    monkeypatch.setattr(world_mod.kframe, "frame_pairs", counted)
+    rng = np.random.default_rng(5)
+    cfg = WorldConfig(dims=2, bounds=(0.0, 0.0, 40.0, 40.0), cells=(2, 2), threads=1)
+    t = Twin(cfg, queries_per_frame=1)
+    n = 60
+    ids = np.arange(n, dtype=np.uint64)
+    c = rng.uniform(1, 19, (n, 2)).astype(np.float32)            # one cell, boxes apart (tiny)
+    apart = np.concatenate([c, c + np.float32(0.01)], 1)
+    t.step(add_ids=ids, add_boxes=apart)
+    boxes = apart.copy()
+    for g in range(12):
+        # group g of 5 boxes onto a spot of its own: 10 new pairs a frame, in one cell, so that the cell's
+        # pair set and the world's pair table run out of room now and then
+        boxes[5 * g:5 * g + 5] = np.array([1 + 1.5 * g, 2, 2 + 1.5 * g, 3], np.float32)
+        t.step(update_ids=ids, update_boxes=boxes)
+    overflows = 0
+    for k in range(3):
+        # all of them on one spot: ~n^2/2 pairs start in one frame, far beyond the cell's event slice
+        together = np.tile(np.array([[5, 5, 6, 6]], np.float32), (n, 1)) + np.float32(0.01 * k)
+        overflows += t.step(update_ids=ids, update_boxes=together).stats.cell_overflows
+        t.step(update_ids=ids, update_boxes=_move(rng, apart, step=0.005))
+    assert overflows > 0
+    assert all(v > 0 for v in seen.values()), seen
+    t.check_state()

@@ -204,7 +204,7 @@ def k8s():
     by_kind = {}
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
-    dep, = by_kind["Deployment"]
+    dep, = by_kind["StatefulSet"]
     svc, = by_kind["Service"]
     container, = [c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "sapgrid"]
     return SimpleNamespace(docs=docs, deployment=dep, service=svc, container=container)
@@ -222,7 +222,7 @@ def image_config(docker, extra_env: dict[str, str]) -> ServerConfig:
 # ---------------------------------------------------------------------------------------------
 def test_every_yaml_file_parses():
     names = {p.relative_to(DEPLOY).as_posix() for p in YAML_FILES}
-    assert {"compose.yaml", "prometheus/prometheus.yml", "k8s/deployment.yaml", "k8s/service.yaml",
+    assert {"compose.yaml", "prometheus/prometheus.yml", "k8s/statefulset.yaml", "k8s/service.yaml",
             "k8s/kustomization.yaml", "grafana/provisioning/datasources/prometheus.yml",
             "grafana/provisioning/dashboards/sapgrid.yml"} <= names
     for p in YAML_FILES:
@@ -460,8 +460,8 @@ def test_k8s_ports_probes_and_service_match(docker, k8s):
 
 def test_k8s_single_replica_and_shutdown_budget(docker, k8s):
     spec = k8s.deployment["spec"]
-    assert spec["replicas"] == 1, "worlds live in one process: no replicas (shard by Deployment instead)"
-    assert spec["strategy"]["type"] == "Recreate"
+    assert spec["replicas"] == 1, "worlds live in one process: no replicas (shard with the cluster instead)"
+    assert spec["updateStrategy"]["type"] == "RollingUpdate"      # a StatefulSet's pod goes before its successor
     cfg = image_config(docker, env_list(k8s.container))
     pod = spec["template"]["spec"]
     # grace for open calls, +5 s for the worlds' queued frames, +1 s signal poll
@@ -522,3 +522,22 @@ def test_warm_cache_script_runs_against_a_server(server):
     spec.loader.exec_module(mod)
     for dims in (2, 3):
         mod.warm(server.address, dims)
+
+
+def test_compose_keeps_worlds_on_volumes(docker, compose):
+    """The compose stacks give each server a data directory on a named volume (worlds survive a restart),
+    and the image makes that directory for its runtime user (a fresh named volume copies its owner)."""
+    svc = compose["services"]["sapgrid"]
+    cfg = image_config(docker, compose_env(svc))
+    mounts = dict(v.split(":")[::-1][:2] for v in svc["volumes"])      # container path -> volume
+    assert cfg.data_dir in mounts and mounts[cfg.data_dir] in compose["volumes"]
+    assert cfg.fsync in ("always", "everysec")
+    runs = " ".join(a for w, a in docker.instr if w == "RUN")
+    assert cfg.data_dir in runs and "-o 10001" in runs
+    cluster = yaml.safe_load((DEPLOY / "compose.cluster.yaml").read_text())
+    for name, s in cluster["services"].items():
+        if name.startswith("sapgrid-"):
+            env = {k: v for k, v in compose_env(s).items() if not k.startswith("SAPGRID_CLUSTER_")}  # a file in the container
+            data_dir = image_config(docker, env).data_dir
+            paths = [v.split(":")[1] for v in s["volumes"]]
+            assert data_dir and any(data_dir == p or data_dir.startswith(p.rstrip("/") + "/") for p in paths), name

@@ -14,7 +14,7 @@ def _docs():
 
 def test_service_account_and_disruption_budget():
     by_kind = {d["kind"]: d for d in _docs()}
-    pod = by_kind["Deployment"]["spec"]["template"]
+    pod = by_kind["StatefulSet"]["spec"]["template"]
     sa = by_kind["ServiceAccount"]
     assert sa["automountServiceAccountToken"] is False
     assert pod["spec"]["serviceAccountName"] == sa["metadata"]["name"]
@@ -43,7 +43,7 @@ def test_every_manifest_is_valid_kubernetes_strictly():
 
 def test_network_policy_probes_prestop_and_service_monitor():
     by_kind = {d["kind"]: d for d in _docs()}
-    pod = by_kind["Deployment"]["spec"]["template"]
+    pod = by_kind["StatefulSet"]["spec"]["template"]
     container = pod["spec"]["containers"][0]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     policy = by_kind["NetworkPolicy"]
@@ -75,3 +75,29 @@ def test_readiness_service_name_is_served(server):
         status = health_pb2_grpc.HealthStub(ch).Check(
             health_pb2.HealthCheckRequest(service="sapgrid.v1.SapgridService"), timeout=10).status
     assert status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_worlds_are_kept_on_a_persistent_volume():
+    """The server's data directory is a mount of a PersistentVolumeClaim from the StatefulSet's
+    volumeClaimTemplates (ReadWriteOnce, kept when the set is deleted or scaled), the single server's and
+    each cluster replica's."""
+    by_kind = {d["kind"]: d for d in _docs()}
+    sts = by_kind["StatefulSet"]
+    pod = sts["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volume = next(name for name, path in mounts.items() if path == env["SAPGRID_DATA_DIR"])
+    template, = sts["spec"]["volumeClaimTemplates"]
+    assert template["metadata"]["name"] == volume and template["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert volume not in {v["name"] for v in pod.get("volumes", [])}      # the claim, not another volume
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain", "whenScaled": "Retain"}
+    assert sts["spec"]["serviceName"] == by_kind["Service"]["metadata"]["name"]
+    assert "statefulset.yaml" in yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]
+    cluster = [d for d in yaml.safe_load_all((K8S / "cluster" / "proxy-replicas.yaml").read_text())
+               if d and d["kind"] == "StatefulSet"][0]
+    c = cluster["spec"]["template"]["spec"]["containers"][0]
+    data_dir = {e["name"]: e.get("value") for e in c["env"]}["SAPGRID_DATA_DIR"]
+    mount = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    template = cluster["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
+    assert data_dir.startswith(mount[template].rstrip("/") + "/") or data_dir == mount[template]

@@ -18,7 +18,7 @@ FIELDS = ("remove_ids", "add_ids", "add_boxes", "add_category", "add_mask", "add
 
 
 def _same(view, frame: frame_pb2.Frame):
-    assert view.world == frame.world and view.seq == frame.seq
+    assert view.world == frame.world and view.seq == frame.seq and view.writer == frame.writer
     for f in FIELDS:
         assert bytes(getattr(view, f)) == getattr(frame, f), f
 
@@ -92,7 +92,7 @@ _PIECES = st.one_of(
     st.just(b"\x10" + b"\xff" * 10 + b"\x01"),                       # an 11-byte varint (corrupt)
     st.builds(lambda n: _varint(n << 3 | 2) + b"\x01x", st.integers(0, 2**32)),   # any field number
     st.just(b"\x00\x01"), st.just(b"\x02\x00"),                       # field number 0
-    st.builds(lambda f, b: _varint(f << 3 | 2) + _varint(len(b)) + b, st.sampled_from([1, 3, 4, 5, 9, 10]),
+    st.builds(lambda f, b: _varint(f << 3 | 2) + _varint(len(b)) + b, st.sampled_from([1, 3, 4, 5, 9, 10, 11]),
               st.binary(max_size=24)),                                # bytes fields, world
     st.builds(lambda wt: bytes([0x18 | wt]), st.integers(0, 7)),       # every wire type
 )

@@ -6,6 +6,10 @@
     sapgrid replay TRACE [--server HOST:PORT]                       replay a recorded trace
     sapgrid bench [--server HOST:PORT]                              benchmarks (engine, or the service)
     sapgrid view --server HOST:PORT [--world NAME] [--listen HOST:PORT]  live web viewer of worlds
+    sapgrid auth token --file FILE --name NAME --role admin|writer|reader --worlds PATTERN   a new token
+
+Every command that calls a server takes --tls, --tls-ca FILE, --tls-cert FILE, --tls-key FILE and
+--token TOKEN, or SAPGRID_TLS, SAPGRID_TLS_CA, SAPGRID_TLS_CERT, SAPGRID_TLS_KEY, SAPGRID_TOKEN.
 """
 from __future__ import annotations
 
@@ -53,6 +57,26 @@ def _cmd_worlds(args) -> int:
             elif args.action == "delete":
                 c.delete_world(args.name)
                 print(f"deleted {args.name}")
+            elif args.action == "snapshot":
+                if not args.name or not args.file:
+                    print("sapgrid worlds snapshot NAME FILE: both are needed", file=sys.stderr)
+                    return 2
+                data = c.snapshot(args.name)
+                _write_atomically(args.file, data)
+                print(f"snapshot of {args.name}: {len(data)} bytes in {args.file}")
+            elif args.action == "restore":
+                path = args.name              # sapgrid worlds restore FILE [--name NEW]
+                if not path or args.file:
+                    print("sapgrid worlds restore FILE [--name NEW]", file=sys.stderr)
+                    return 2
+                try:
+                    with open(path, "rb") as f:
+                        data = f.read()
+                except OSError as exc:
+                    print(f"sapgrid worlds restore: {exc}", file=sys.stderr)
+                    return 2
+                w = c.restore(data, args.new_name)
+                print(f"restored {w.name}: {w.objects} objects, {w.pairs} pairs, frame {w.frames}")
             else:
                 worlds = [c.get_world(args.name)] if args.name else c.list_worlds()
                 print(f"{'world':<20} {'dims':>4} {'cells':>12} {'objects':>10} {'pairs':>10} {'frames':>8} "
@@ -65,6 +89,24 @@ def _cmd_worlds(args) -> int:
             print(f"sapgrid worlds: {exc}", file=sys.stderr)
             return 1
     return 0
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """Write a file whole or not at all (a temporary file beside it, renamed over it)."""
+    import os
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".sapgrid-snapshot-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def _cmd_demo(args) -> int:
@@ -80,13 +122,81 @@ def _cmd_replay(args) -> int:
 
 
 def _cmd_bench(args) -> int:
+    if args.proxy_scale:
+        from sapgrid.tools import bench_cluster
+
+        return bench_cluster.main(["--scale", args.proxy_scale, "--worlds", str(args.worlds or 64), "--objects",
+                                   str(args.objects), "--seconds", str(args.seconds)] + (["--json"] if args.json else []))
     if args.proxy:
         from sapgrid.tools import bench_cluster
 
-        return bench_cluster.main(["--objects", str(args.proxy_objects), "--frames", str(args.proxy_frames)])
+        return bench_cluster.main(["--objects", str(args.proxy_objects), "--frames", str(args.proxy_frames)]
+                                  + (["--json"] if args.json else []))
     from sapgrid.tools import bench
 
     return bench.run(args)
+
+
+def _cmd_auth(args) -> int:
+    from sapgrid.server.auth import ROLES_HELP, AuthFileError, append_token
+
+    try:
+        token = append_token(args.file, args.name, args.role, args.worlds)
+    except (AuthFileError, OSError) as exc:
+        print(f"sapgrid auth token: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"sapgrid auth token needs the server: pip install 'sapgrid[server]' ({exc})", file=sys.stderr)
+        return 2
+    print(f"appended {args.name!r} ({args.role} on {args.worlds}: {ROLES_HELP[args.role]}) to {args.file} as a "
+          f"SHA-256 hash; send SIGHUP to the server to load it. The token, shown only now:\n{token}")
+    return 0
+
+
+#: Client credentials of every command that calls a server: (flag, env, help).
+CLIENT_CREDENTIALS = (
+    ("--tls", "SAPGRID_TLS", "TLS with the system's root certificates"),
+    ("--tls-ca", "SAPGRID_TLS_CA", "TLS: the server's CA certificate (PEM)"),
+    ("--tls-cert", "SAPGRID_TLS_CERT", "mutual TLS: this client's certificate (PEM)"),
+    ("--tls-key", "SAPGRID_TLS_KEY", "mutual TLS: this client's private key (PEM)"),
+    ("--token", "SAPGRID_TOKEN", "bearer token (sent as authorization metadata)"),
+)
+
+
+def _add_credentials(parser: argparse.ArgumentParser) -> None:
+    """The client credential options, on this parser and every sub-command below it (but serve and auth)."""
+    for flag, env, text in CLIENT_CREDENTIALS:
+        if flag not in parser._option_string_actions:
+            if flag == "--tls":
+                parser.add_argument(flag, action="store_const", const=True, default=argparse.SUPPRESS,
+                                    help=f"{text} (or {env}=1)")
+            else:
+                parser.add_argument(flag, default=argparse.SUPPRESS, metavar="FILE" if flag != "--token" else "TOKEN",
+                                    help=f"{text} (or {env})")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                if name not in ("serve", "auth"):
+                    _add_credentials(child)
+
+
+def _apply_credentials(args, env) -> None:
+    """Flags over SAPGRID_* variables: the credentials of every client this command makes."""
+    if args.command in ("serve", "auth"):
+        return
+    from sapgrid.client._channel import set_defaults
+
+    values = {}
+    for flag, name, _ in CLIENT_CREDENTIALS:
+        dest = flag[2:].replace("-", "_")
+        value = getattr(args, dest, None)
+        if value is None:
+            value = env.get(name) or None
+            if flag == "--tls" and value is not None:
+                value = value.strip().lower() in ("1", "true", "yes", "on")
+        values[dest] = value
+    set_defaults(tls=bool(values["tls"]), ca_file=values["tls_ca"], cert_file=values["tls_cert"],
+                 key_file=values["tls_key"], token=values["token"])
 
 
 def _engine_tool(name: str, parser: argparse.ArgumentParser) -> None:
@@ -121,9 +231,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_arguments(p)
     p.set_defaults(func=_cmd_demo)
 
-    p = sub.add_parser("worlds", help="list, show, create or delete worlds")
-    p.add_argument("action", nargs="?", choices=("list", "create", "delete"), default="list")
-    p.add_argument("name", nargs="?", default=None, help="world name (create/delete; list: show one)")
+    p = sub.add_parser("worlds", help="list, show, create, delete, snapshot or restore worlds",
+                       epilog="sapgrid worlds snapshot NAME FILE: save a world's snapshot; "
+                              "sapgrid worlds restore FILE [--name NEW]: create a world from one")
+    p.add_argument("action", nargs="?", choices=("list", "create", "delete", "snapshot", "restore"), default="list")
+    p.add_argument("name", nargs="?", default=None,
+                   help="world name (create/delete/snapshot; list: show one); restore: the snapshot FILE")
+    p.add_argument("file", nargs="?", default=None, help="snapshot: the file written")
+    p.add_argument("--name", dest="new_name", default=None, help="restore: the restored world's name "
+                   "(default: the snapshot's)")
     p.add_argument("--dims", type=int, default=2, help="create: 2 or 3 (default 2)")
     p.add_argument("--bounds", default=None, help="create: mins then maxs, e.g. 0,0,1000,1000 (default 0..1000)")
     p.add_argument("--cells", default=None, help="create: cells per axis, e.g. 16,16 (default: server picks)")
@@ -149,7 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--proxy", action="store_true",
                    help="the cluster proxy's added round trip: a replica direct vs through HAProxy")
     p.add_argument("--proxy-objects", type=int, default=10_000, help="objects per frame for --proxy (default 10000)")
-    p.add_argument("--proxy-frames", type=int, default=200, help="frames per run for --proxy (default 200)")
+    p.add_argument("--proxy-frames", type=int, default=600, help="frames each way for --proxy (default 600)")
+    p.add_argument("--proxy-scale", default="", metavar="R,R,...",
+                   help="aggregate frames/s through HAProxy with R replicas each (e.g. 1,2,3): --worlds (default "
+                        "64) worlds of --objects objects, one stream each, frames back to back for --seconds")
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("view", help="live web viewer of a server's worlds (boxes, pairs, stats)")
@@ -162,6 +281,19 @@ def build_parser() -> argparse.ArgumentParser:
     from sapgrid.tools import cluster
 
     cluster.add_parser(sub)
+
+    p = sub.add_parser("auth", help="credentials of a server's --auth-file")
+    asub = p.add_subparsers(dest="auth_command", required=True)
+    t = asub.add_parser("token", help="make a token: append its entry (SHA-256 hash only) to the auth file and "
+                                      "print the token once, as the last word")
+    t.add_argument("--file", required=True, help="the server's --auth-file (TOML; created if missing)")
+    t.add_argument("--name", required=True, help="the token's name (audit lines, quotas, metrics)")
+    t.add_argument("--role", required=True, choices=("admin", "writer", "reader"),
+                   help="admin: everything; writer: frames, snapshots and reads; reader: get, query, pairs, subscribe")
+    t.add_argument("--worlds", default="*", help="world-name pattern the role covers, e.g. 'match-*' (default *)")
+    t.set_defaults(func=_cmd_auth)
+
+    _add_credentials(ap)
     return ap
 
 
@@ -169,6 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "missing", None):
         print(args.missing, file=sys.stderr)
+        return 2
+    import os
+
+    try:
+        _apply_credentials(args, os.environ)
+    except ValueError as exc:
+        print(f"sapgrid {args.command}: {exc}", file=sys.stderr)
         return 2
     try:
         return int(args.func(args) or 0)

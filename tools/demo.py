@@ -32,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--connect-timeout", type=float, default=5.0,
                         help="seconds to wait for the server to answer (default 5)")
+    parser.add_argument("--resume-seconds", type=float, default=30.0,
+                        help="seconds to keep reconnecting when the server goes away mid-run (default 30)")
 
 
 class Sim:
@@ -114,7 +116,9 @@ def _demo(args, address: str) -> int:
         tick = 0
         info = (0, 0, 0, 0)
         try:
-            with client.stream(name) as stream:
+            # A writer stream that resumes: a restarted server (with --data-dir) or a dropped connection is
+            # a pause, not the end of the demo; no tick is applied twice or lost.
+            with client.stream(name, writer=name, resume=True, resume_deadline=args.resume_seconds) as stream:
                 print("warming up (the first frames compile the engine's kernels)...", flush=True)
                 d = stream.step(add_ids=sim.ids, add_boxes=sim.boxes())
                 stream.step(update_ids=sim.ids, update_boxes=sim.boxes())     # untimed warm-up tick

@@ -35,6 +35,7 @@ class RemoteWorld:
         self.name = name
         self.config = config
         self._owned = owned
+        self.writer = f"w-{uuid.uuid4().hex[:12]}"
         self._stream: FrameStream | None = None
         self._lock = threading.Lock()
 
@@ -58,8 +59,8 @@ class RemoteWorld:
              update_ids=None, update_boxes=None) -> RemoteDelta:
         """Apply one frame over the world's stream; returns its delta (created, deleted, stats)."""
         with self._lock:
-            if self._stream is None:
-                self._stream = self.client.stream(self.name)
+            if self._stream is None:       # exactly-once frames that survive a broken connection
+                self._stream = self.client.stream(self.name, writer=self.writer, resume=True)
             try:
                 return self._stream.step(remove_ids=remove_ids, add_ids=add_ids, add_boxes=add_boxes,
                                          add_category=add_category, add_mask=add_mask, add_static=add_static,

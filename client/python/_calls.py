@@ -56,10 +56,22 @@ def world_metadata(world: str):
     return ((WORLD_HEADER, world),) if world and _WORLD_NAME.fullmatch(world) else None
 
 
-def frame_request(world: str, seq: int, arrays: dict) -> pb.StreamFramesRequest:
+def frame_request(world: str, seq: int, arrays: dict, writer: str = "") -> pb.StreamFramesRequest:
     request = pb.StreamFramesRequest()
-    encode_frame(world, seq, **arrays, into=request.frame)
+    encode_frame(world, seq, **arrays, writer=writer, into=request.frame)
     return request
+
+
+SNAPSHOT_CHUNK = 1 << 20
+
+
+def restore_requests(data: bytes, name: str | None):
+    """The RestoreWorld messages of a snapshot: its bytes in chunks of 1 MiB, the name in the first."""
+    view = memoryview(data)
+    first = True
+    for start in range(0, max(len(view), 1), SNAPSHOT_CHUNK):
+        yield pb.RestoreWorldRequest(name=(name or "") if first else "", chunk=bytes(view[start:start + SNAPSHOT_CHUNK]))
+        first = False
 
 
 def frame_answer(resp: pb.StreamFramesResponse) -> RemoteDelta:
@@ -111,10 +123,19 @@ class Calls:
     def get_world(self, name: str) -> WorldInfo:
         return self._unary(self.stub.GetWorld, pb.GetWorldRequest(name=name), _world, world=name)
 
+    def freeze(self, name: str, frozen: bool = True) -> WorldInfo:
+        """Freeze a world (its frames answered UNAVAILABLE "moving"; reads and snapshots still served), or
+        unfreeze it with ``frozen=False``."""
+        return self._unary(self.stub.FreezeWorld, pb.FreezeWorldRequest(name=name, frozen=frozen), _world, world=name)
+
     # ---- frames and queries -----------------------------------------------------------------
-    def step(self, world: str, seq: int = 0, *, timeout: float | None = None, **arrays) -> RemoteDelta:
-        """Apply one frame with a unary call (arrays as ``sapcore.World.step`` keywords)."""
-        request = pb.ApplyFrameRequest(frame=encode_frame(world, seq, **arrays))
+    def step(self, world: str, seq: int = 0, *, writer: str = "", timeout: float | None = None,
+             **arrays) -> RemoteDelta:
+        """Apply one frame with a unary call (arrays as ``sapcore.World.step`` keywords).
+
+        writer: exactly-once frames (Frame.writer in the contract): ``seq`` is then the frame's place in
+        the writer's sequence, and a frame sent again is answered with its first delta, never re-applied."""
+        request = pb.ApplyFrameRequest(frame=encode_frame(world, seq, **arrays, writer=writer))
         check_size(request, self.max_message_bytes)
         return self._unary(self.stub.ApplyFrame, request, lambda resp: delta_from(resp.delta), timeout, world)
 
@@ -134,5 +155,5 @@ def is_cancelled(err: grpc.RpcError) -> bool:
     return err.code() == grpc.StatusCode.CANCELLED
 
 
-__all__ = ["Calls", "DEFAULT_ADDRESS", "DEFAULT_MAX_MESSAGE_BYTES", "FrameStats", "channel_options", "frame_answer",
+__all__ = ["Calls", "DEFAULT_ADDRESS", "restore_requests", "DEFAULT_MAX_MESSAGE_BYTES", "FrameStats", "channel_options", "frame_answer",
            "frame_request", "is_cancelled", "WORLD_HEADER", "world_metadata"]

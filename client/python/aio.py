@@ -1,16 +1,14 @@
 """The asyncio client: ``AsyncClient`` (the methods of ``Client`` as coroutines) and ``AsyncFrameStream``."""
 from __future__ import annotations
 
-import itertools
-
 import grpc
 import numpy as np
 
 from sapgrid.v1 import sapgrid_service_pb2 as pb, sapgrid_service_pb2_grpc as pb_grpc
 
-from ._calls import (DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Calls, channel_options, check_size, frame_answer, subscribe_request,
-                     frame_request, is_cancelled, world_metadata)
-from .codec import RemoteDelta, delta_from, join_pairs, pairs_array
+from ._calls import (DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Calls, channel_options, check_size, frame_answer,
+                     frame_request, is_cancelled, restore_requests, subscribe_request, world_metadata)
+from .codec import RemoteDelta, WorldInfo, delta_from, info_from, join_pairs, pairs_array
 from .errors import from_rpc_error, unavailable
 
 
@@ -18,15 +16,22 @@ class AsyncFrameStream:
     """One StreamFrames call (asyncio). ``send`` may run ahead of ``recv``; answers come in order."""
 
     def __init__(self, stub: pb_grpc.SapgridServiceStub, world: str = "", timeout: float | None = None,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, *, writer: str = "", first_seq: int | None = 1,
+                 where=None):
         self.world = world
+        self.writer = writer
+        self._where = where                 # coroutine function: the world's WorldInfo (first_seq None)
         self.max_message_bytes = max_message_bytes
         self._call = stub.StreamFrames(timeout=timeout, metadata=world_metadata(world))
-        self._seq = itertools.count(1)
+        self.next_seq = first_seq
 
     async def send(self, *, world: str | None = None, seq: int | None = None, **arrays) -> int:
-        seq = next(self._seq) if seq is None else seq
-        request = frame_request(world or self.world, seq, arrays)
+        if self.next_seq is None:
+            self.next_seq = (await self._where(self.world)).writers.get(self.writer, 0) + 1
+        if seq is None:
+            seq = self.next_seq
+        self.next_seq = max(self.next_seq, seq + 1)
+        request = frame_request(world or self.world, seq, arrays, self.writer)
         check_size(request, self.max_message_bytes)
         try:
             await self._call.write(request)
@@ -65,11 +70,16 @@ class AsyncClient(Calls):
     """asyncio client with the same methods as ``Client`` (coroutines)."""
 
     def __init__(self, address: str = DEFAULT_ADDRESS, *, timeout: float | None = 60.0,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, tls: bool = False, ca_file: str | None = None,
+                 cert_file: str | None = None, key_file: str | None = None, token: str | None = None):
         self.address = address
         self.timeout = timeout
         self.max_message_bytes = max_message_bytes
-        self.channel = grpc.aio.insecure_channel(address, options=channel_options(max_message_bytes))
+        from ._channel import credentials, open_channel
+
+        # TLS with tls=True (system roots) or any of the files; token: authorization metadata (_channel.py)
+        self.channel = open_channel(address, channel_options(max_message_bytes), aio=True,
+                                    **credentials(tls, ca_file, cert_file, key_file, token))
         self.stub = pb_grpc.SapgridServiceStub(self.channel)
 
     async def _unary(self, method, request, read, timeout=None, world=""):
@@ -80,8 +90,29 @@ class AsyncClient(Calls):
             raise from_rpc_error(err) from None
         return read(resp)
 
-    def stream(self, world: str = "", timeout: float | None = None) -> AsyncFrameStream:
-        return AsyncFrameStream(self.stub, world, timeout, self.max_message_bytes)
+    def stream(self, world: str = "", timeout: float | None = None, *, writer: str = "") -> AsyncFrameStream:
+        """A frame stream (``async with c.stream(...)``). writer: exactly-once frames, numbered from where the
+        writer stands in the world, read before the first frame (as ``Client.stream``; resuming after a
+        broken call is ``Client``'s)."""
+        return AsyncFrameStream(self.stub, world, timeout, self.max_message_bytes, writer=writer,
+                                first_seq=None if writer else 1, where=self.get_world)
+
+    async def snapshot(self, world: str) -> bytes:
+        """The world's snapshot, as ``Client.snapshot``."""
+        try:
+            return b"".join([r.chunk async for r in self.stub.SnapshotWorld(
+                pb.SnapshotWorldRequest(name=world), timeout=self.timeout, metadata=world_metadata(world))])
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+
+    async def restore(self, data: bytes, name: str | None = None) -> WorldInfo:
+        """Create a world from a snapshot, as ``Client.restore``."""
+        try:
+            resp = await self.stub.RestoreWorld(restore_requests(data, name), timeout=self.timeout,
+                                                metadata=world_metadata(name or ""))
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+        return info_from(resp.world)
 
     async def pairs(self, world: str, chunk_size: int = 0) -> np.ndarray:
         try:

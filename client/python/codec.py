@@ -62,6 +62,7 @@ class RemoteDelta:
     world: str = ""
     queue_s: float = 0.0
     server_s: float = 0.0
+    pairs_digest: int = 0             # digest of the world's pairs after the frame (sapgrid.layout.pairs_digest)
 
 
 @dataclass
@@ -78,17 +79,23 @@ class WorldInfo:
     subscribers: int
     last_frame: FrameStats | None
     generation: int = 0               # which world of this name (a re-created world has a new one)
+    pairs_digest: int = 0             # digest of the active pairs (sapgrid.layout.pairs_digest)
+    writers: dict = field(default_factory=dict)   # writer name -> seq of its last applied frame
+    frozen: bool = False              # frames refused UNAVAILABLE "moving" (FreezeWorld)
 
 
 def encode_frame(world: str, seq: int, remove_ids=None, add_ids=None, add_boxes=None, add_category=None,
-                 add_mask=None, add_static=None, update_ids=None, update_boxes=None, *,
+                 add_mask=None, add_static=None, update_ids=None, update_boxes=None, *, writer: str = "",
                  into: frame_pb2.Frame | None = None) -> frame_pb2.Frame:
     """Frame message from numpy-compatible arrays (ids uint64, boxes float32 rows mins then maxs).
 
+    writer: the frame's writer for exactly-once frames (see Frame.writer in the contract); "" for none.
     into: fill this (empty) Frame, e.g. ``request.frame``, instead of a new one (saves a copy).
     """
     f = frame_pb2.Frame() if into is None else into
     f.world, f.seq = world, seq
+    if writer:
+        f.writer = writer
     for name, value, dtype in (("remove_ids", remove_ids, U64), ("add_ids", add_ids, U64),
                                ("add_boxes", add_boxes, F32), ("add_category", add_category, U32),
                                ("add_mask", add_mask, U32), ("update_ids", update_ids, U64),
@@ -110,7 +117,8 @@ def stats_from(msg: world_pb2.FrameStats) -> FrameStats:
 def delta_from(msg: frame_pb2.Delta) -> RemoteDelta:
     return RemoteDelta(created=pairs_array(msg.created), deleted=pairs_array(msg.deleted),
                        stats=stats_from(msg.stats), seq=msg.seq, frame=msg.frame, world=msg.world,
-                       queue_s=msg.stats.queue_seconds, server_s=msg.stats.server_seconds)
+                       queue_s=msg.stats.queue_seconds, server_s=msg.stats.server_seconds,
+                       pairs_digest=msg.pairs_digest)
 
 
 def config_from(msg: world_pb2.WorldConfig) -> WorldConfig:
@@ -124,7 +132,8 @@ def info_from(msg: world_pb2.WorldInfo) -> WorldInfo:
                      frames=s.frames, frames_rejected=s.frames_rejected, queue_depth=s.queue_depth,
                      subscribers=s.subscribers,
                      last_frame=stats_from(s.last_frame) if s.HasField("last_frame") else None,
-                     generation=msg.generation)
+                     generation=msg.generation, pairs_digest=s.pairs_digest, writers=dict(s.writers),
+                     frozen=s.frozen)
 
 
 def query_result(resp, with_boxes: bool):

@@ -19,6 +19,7 @@ class SapgridError(Exception):
     """A call failed. code: grpc.StatusCode; message: the server's message; field/index: where ("" / -1)."""
 
     code = grpc.StatusCode.UNKNOWN
+    stream_ended = False          # True when the error ended a whole frame stream (not one frame's refusal)
 
     def __init__(self, message: str, field: str = "", index: int = -1, code: grpc.StatusCode | None = None):
         Exception.__init__(self, message)
@@ -65,9 +66,29 @@ class Cancelled(SapgridError):
     code = grpc.StatusCode.CANCELLED
 
 
+class DataLoss(SapgridError):
+    """The client's view and the server's disagree: a mirror's pair digest differs from the server's, or a
+    writer's frames the server had answered are gone (a server without a data directory restarted)."""
+
+    code = grpc.StatusCode.DATA_LOSS
+
+
 _BY_CODE = {c.code: c for c in (InvalidArgument, FailedPrecondition, NotFound, AlreadyExists, ResourceExhausted,
-                                 Unavailable, DeadlineExceeded, Cancelled)}
+                                 Unavailable, DeadlineExceeded, Cancelled, DataLoss)}
 _BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
+
+
+class Unauthenticated(SapgridError):
+    """No credentials, or a token / client certificate the server does not know."""
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(SapgridError):
+    """The caller's role does not cover this call on this world."""
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+_BY_CODE.update({c.code: c for c in (Unauthenticated, PermissionDenied)})
 
 
 def make_error(code: grpc.StatusCode, message: str, field: str = "", index: int = -1) -> SapgridError:

@@ -1,7 +1,6 @@
 """The synchronous client: ``Client`` and its pipelined ``FrameStream``."""
 from __future__ import annotations
 
-import itertools
 import queue
 
 import grpc
@@ -9,31 +8,51 @@ import numpy as np
 
 from sapgrid.v1 import sapgrid_service_pb2 as pb, sapgrid_service_pb2_grpc as pb_grpc
 
-from ._calls import (DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Calls, channel_options, check_size, frame_answer, subscribe_request,
-                     frame_request, is_cancelled, world_metadata)
-from .codec import RemoteDelta, delta_from, join_pairs, pairs_array
+from ._calls import (DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, Calls, channel_options, check_size, frame_answer,
+                     frame_request, is_cancelled, restore_requests, subscribe_request, world_metadata)
+from .codec import RemoteDelta, WorldInfo, delta_from, info_from, join_pairs, pairs_array
+from .mirror import PairMirror
 from .errors import SapgridError, from_rpc_error, unavailable
+from .resume import ResumingFrameStream
 
 _END = object()
 
 
+def _ended(err: SapgridError) -> SapgridError:
+    """An error that ended the whole call (not one frame's refusal): ``err.stream_ended`` is True."""
+    err.stream_ended = True
+    return err
+
+
 class FrameStream:
-    """One StreamFrames call (sync). ``send`` may run ahead of ``recv`` (pipelining); answers come in order."""
+    """One StreamFrames call (sync). ``send`` may run ahead of ``recv`` (pipelining); answers come in order.
+
+    writer: the frames' writer (exactly-once frames; see ``Client.stream``); ``first_seq``: the number the
+    stream's own numbering starts at. mirror: a ``PairMirror`` every delta is checked against (verify).
+    """
 
     def __init__(self, stub: pb_grpc.SapgridServiceStub, world: str = "", timeout: float | None = None,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, *, writer: str = "", first_seq: int = 1,
+                 mirror: PairMirror | None = None):
         self.world = world
+        self.writer = writer
         self.max_message_bytes = max_message_bytes
+        self.mirror = mirror
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._responses = stub.StreamFrames(iter(self._requests.get, _END), timeout=timeout,
                                             metadata=world_metadata(world))
-        self._seq = itertools.count(1)
+        self.next_seq = first_seq
         self.in_flight = 0
 
     def send(self, *, world: str | None = None, seq: int | None = None, **arrays) -> int:
-        """Queue one frame (keyword arrays as ``sapcore.World.step``); return its sequence number."""
-        seq = next(self._seq) if seq is None else seq
-        self.send_request(frame_request(world or self.world, seq, arrays))
+        """Queue one frame (keyword arrays as ``sapcore.World.step``); return its sequence number.
+
+        seq None: the stream's next number. An explicit seq is sent as given (with a writer, a seq already
+        applied is answered with its first delta, not applied again); the numbering goes on after it."""
+        if seq is None:
+            seq = self.next_seq
+        self.next_seq = max(self.next_seq, seq + 1)
+        self.send_request(frame_request(world or self.world, seq, arrays, self.writer))
         return seq
 
     def send_message(self, frame) -> None:
@@ -51,11 +70,12 @@ class FrameStream:
         try:
             resp = next(self._responses)
         except grpc.RpcError as err:
-            raise from_rpc_error(err) from None
+            raise _ended(from_rpc_error(err)) from None
         except StopIteration:
-            raise unavailable("stream closed by the server") from None
+            raise _ended(unavailable("stream closed by the server")) from None
         self.in_flight -= 1
-        return frame_answer(resp)
+        delta = frame_answer(resp)
+        return delta if self.mirror is None else self.mirror.apply(delta)
 
     def step(self, **arrays) -> RemoteDelta:
         self.send(**arrays)
@@ -95,14 +115,23 @@ class Subscription:
 
 
 class Client(Calls):
-    """Synchronous client. address: "HOST:PORT"; timeout: default deadline (seconds) of unary calls."""
+    """Synchronous client. address: "HOST:PORT"; timeout: default deadline (seconds) of unary calls.
+
+    TLS: ``tls=True`` (the system's root certificates) or ``ca_file`` (the server's CA, PEM); mutual TLS
+    adds ``cert_file`` and ``key_file``. ``token``: sent as ``authorization: Bearer TOKEN`` on every call.
+    """
 
     def __init__(self, address: str = DEFAULT_ADDRESS, *, timeout: float | None = 60.0,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, tls: bool = False, ca_file: str | None = None,
+                 cert_file: str | None = None, key_file: str | None = None, token: str | None = None):
         self.address = address
         self.timeout = timeout
         self.max_message_bytes = max_message_bytes
-        self.channel = grpc.insecure_channel(address, options=channel_options(max_message_bytes))
+        from ._channel import credentials, open_channel
+
+        # TLS with tls=True (system roots) or any of the files; token: authorization metadata (_channel.py)
+        self.channel = open_channel(address, channel_options(max_message_bytes), aio=False,
+                                    **credentials(tls, ca_file, cert_file, key_file, token))
         self.stub = pb_grpc.SapgridServiceStub(self.channel)
 
     def _unary(self, method, request, read, timeout=None, world=""):
@@ -120,18 +149,71 @@ class Client(Calls):
         except grpc.FutureTimeoutError:
             raise unavailable(f"server {self.address} not reachable") from None
 
-    def stream(self, world: str = "", timeout: float | None = None) -> FrameStream:
-        """Open a bidirectional frame stream (frames name ``world`` unless ``send(world=...)``)."""
-        return FrameStream(self.stub, world, timeout, self.max_message_bytes)
+    def stream(self, world: str = "", timeout: float | None = None, *, writer: str = "", resume: bool = False,
+               verify: bool = False, resume_deadline: float = 60.0):
+        """Open a bidirectional frame stream (frames name ``world`` unless ``send(world=...)``).
+
+        writer: exactly-once frames (Frame.writer in the contract). The stream numbers its frames from
+        where the writer stands in the world (its last applied seq + 1, read with GetWorld).
+        resume (needs a writer): a ``ResumingFrameStream`` that survives a broken connection, a restarted
+        server or a world moving to another replica: it reconnects with backoff for at most
+        ``resume_deadline`` seconds, sends again the frames not yet answered (the server answers those it
+        had applied with their first delta) and hands every delta to the caller exactly once, in order.
+        verify: check every delta's ``pairs_digest`` against the client's own mirror of the pairs
+        (``PairMirror``; the stream must be the world's only writer); a difference raises ``DataLoss``.
+        """
+        if resume:
+            if not writer:
+                raise ValueError("resume=True needs a writer: the server tells the frames it applied by writer and seq")
+            return ResumingFrameStream(self, world, writer, timeout=timeout, verify=verify, deadline=resume_deadline)
+        first = self.get_world(world).writers.get(writer, 0) + 1 if writer else 1
+        return self.open_stream(world, timeout, writer=writer, first_seq=first,
+                                mirror=self.mirror(world) if verify else None)
+
+    def open_stream(self, world: str = "", timeout: float | None = None, *, writer: str = "", first_seq: int = 1,
+                    mirror: PairMirror | None = None) -> FrameStream:
+        """A ``FrameStream`` as given, without asking the server anything (``stream`` is the usual way)."""
+        return FrameStream(self.stub, world, timeout, self.max_message_bytes, writer=writer, first_seq=first_seq,
+                           mirror=mirror)
+
+    def mirror(self, world: str) -> PairMirror:
+        """A ``PairMirror`` of the world's pairs now (one consistent snapshot, with its frame)."""
+        pairs, frame = self._pairs_at(world)
+        return PairMirror(pairs, frame)
+
+    def _pairs_at(self, world: str, chunk_size: int = 0) -> tuple[np.ndarray, int]:
+        frame = 0
+        chunks = []
+        try:
+            for r in self.stub.StreamPairs(pb.StreamPairsRequest(world=world, chunk_size=chunk_size),
+                                           timeout=self.timeout, metadata=world_metadata(world)):
+                chunks.append(pairs_array(r.pairs))
+                frame = r.frame
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+        return join_pairs(chunks), frame
 
     def pairs(self, world: str, chunk_size: int = 0) -> np.ndarray:
         """All active pairs of one snapshot, uint64 [P, 2] sorted (streamed in chunks)."""
+        return self._pairs_at(world, chunk_size)[0]
+
+    def snapshot(self, world: str) -> bytes:
+        """The world's snapshot (taken between two of its frames): bytes that ``restore`` turns into a world
+        that continues exactly like this one."""
         try:
-            return join_pairs([pairs_array(r.pairs) for r in self.stub.StreamPairs(
-                pb.StreamPairsRequest(world=world, chunk_size=chunk_size), timeout=self.timeout,
-                metadata=world_metadata(world))])
+            return b"".join(r.chunk for r in self.stub.SnapshotWorld(
+                pb.SnapshotWorldRequest(name=world), timeout=self.timeout, metadata=world_metadata(world)))
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
+
+    def restore(self, data: bytes, name: str | None = None) -> WorldInfo:
+        """Create a world from a snapshot, under the snapshot's own name or ``name``."""
+        try:
+            resp = self.stub.RestoreWorld(restore_requests(data, name), timeout=self.timeout,
+                                          metadata=world_metadata(name or ""))
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+        return info_from(resp.world)
 
     def subscribe(self, world: str, timeout: float | None = None, *, region=None) -> Subscription:
         """Iterator of every RemoteDelta the world produces from now on; ``.cancel()`` ends it.
@@ -152,4 +234,4 @@ class Client(Calls):
         self.close()
 
 
-__all__ = ["Client", "FrameStream", "SapgridError", "Subscription"]
+__all__ = ["Client", "FrameStream", "ResumingFrameStream", "SapgridError", "Subscription"]

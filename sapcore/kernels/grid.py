@@ -8,7 +8,12 @@ cell its box touches; its handle remembers them).
 """
 import numpy as np
 
-from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
+from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, NJIT_SERIAL, njit, prange
+from .prefetch import prefetch_row
+
+#: rows ahead that grid_ranges prefetches (its updates come in the client's order, the object rows they
+#: read and write are in handle order)
+_AHEAD = 16
 
 FLAG_NONE = 0
 FLAG_MOVED = 1
@@ -54,6 +59,53 @@ def _row_range(src, k, dims, bmin, inv, C, newr, i):
         newr[i, 3 + a] = span
 
 
+@njit(**NJIT_INLINE)
+def _update_range(i, dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, row_mode,
+                  lastpos, by_row, fill):
+    """Update row i of ``grid_ranges``."""
+    if i + _AHEAD < upd_h.shape[0]:
+        ha = upd_h[i + _AHEAD]
+        prefetch_row(boxes, ha)
+        prefetch_row(crange, ha)
+    h = upd_h[i]
+    if row_mode == 2:
+        lastpos[h] = i
+        if fill:
+            for a in range(2 * dims):
+                rows[i, a] = upd_boxes[i, a]
+    if same[i] == 2:        # the update keeps its box: nothing else to do for it
+        return
+    _row_range(upd_boxes, i, dims, bmin, inv, C, newr, i)
+    eq = True
+    for a in range(6):
+        eq = eq & (crange[h, a] == newr[i, a])
+    same[i] = 1 if eq else 0
+    flag[h] = FLAG_MOVED if eq else FLAG_MOVED_CELLS
+    for a in range(2 * dims):
+        boxes[h, a] = upd_boxes[i, a]
+    if by_row:
+        for a in range(2 * dims):
+            rows[i, a] = upd_boxes[i, a]
+
+
+@njit(**NJIT_INLINE)
+def _add_range(k, nu, dims, bmin, inv, C, boxes, crange, flag, add_h, add_boxes, newr, rows, row_mode, lastpos,
+               fill):
+    """Add row k of ``grid_ranges``."""
+    h = add_h[k]
+    _row_range(add_boxes, k, dims, bmin, inv, C, newr, nu + k)
+    for a in range(6):
+        crange[h, a] = newr[nu + k, a]
+    flag[h] = FLAG_ADDED
+    for a in range(2 * dims):
+        boxes[h, a] = add_boxes[k, a]
+    if row_mode == 2:
+        lastpos[h] = nu + k
+        if fill:
+            for a in range(2 * dims):
+                rows[nu + k, a] = add_boxes[k, a]
+
+
 @njit(**NJIT_PARALLEL)
 def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, newr, same,
                 rows, row_mode, lastpos):
@@ -75,39 +127,28 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
     by_row = row_mode == 1 and rows.shape[0] == nu
     fill = row_mode == 2 and rows.shape[0] == nu + na
     for i in prange(nu):
-        h = upd_h[i]
-        if row_mode == 2:
-            lastpos[h] = i
-            if fill:
-                for a in range(2 * dims):
-                    rows[i, a] = upd_boxes[i, a]
-        if same[i] == 2:        # the update keeps its box: nothing else to do for it
-            continue
-        _row_range(upd_boxes, i, dims, bmin, inv, C, newr, i)
-        eq = True
-        for a in range(6):
-            eq = eq & (crange[h, a] == newr[i, a])
-        same[i] = 1 if eq else 0
-        flag[h] = FLAG_MOVED if eq else FLAG_MOVED_CELLS
-        for a in range(2 * dims):
-            boxes[h, a] = upd_boxes[i, a]
-        if by_row:
-            for a in range(2 * dims):
-                rows[i, a] = upd_boxes[i, a]
+        _update_range(i, dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, row_mode,
+                      lastpos, by_row, fill)
     if na > 0:
         for k in prange(na):
-            h = add_h[k]
-            _row_range(add_boxes, k, dims, bmin, inv, C, newr, nu + k)
-            for a in range(6):
-                crange[h, a] = newr[nu + k, a]
-            flag[h] = FLAG_ADDED
-            for a in range(2 * dims):
-                boxes[h, a] = add_boxes[k, a]
-            if row_mode == 2:
-                lastpos[h] = nu + k
-                if fill:
-                    for a in range(2 * dims):
-                        rows[nu + k, a] = add_boxes[k, a]
+            _add_range(k, nu, dims, bmin, inv, C, boxes, crange, flag, add_h, add_boxes, newr, rows, row_mode,
+                       lastpos, fill)
+
+
+@njit(**NJIT_SERIAL)
+def grid_ranges_serial(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, newr, same,
+                       rows, row_mode, lastpos):
+    """``grid_ranges`` on the calling thread alone (no parallel launch); the same results."""
+    nu = upd_h.shape[0]
+    na = add_boxes.shape[0]
+    by_row = row_mode == 1 and rows.shape[0] == nu
+    fill = row_mode == 2 and rows.shape[0] == nu + na
+    for i in range(nu):
+        _update_range(i, dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, row_mode,
+                      lastpos, by_row, fill)
+    for k in range(na):
+        _add_range(k, nu, dims, bmin, inv, C, boxes, crange, flag, add_h, add_boxes, newr, rows, row_mode,
+                   lastpos, fill)
 
 
 @njit(**NJIT)

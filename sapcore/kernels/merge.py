@@ -13,7 +13,7 @@ grouped by shard (keeping the touched cells' deterministic order) and the shards
 """
 import numpy as np
 
-from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
+from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, NJIT_SERIAL, njit, prange
 from .hashing import EVENT_REMOVED, KEY_MASK, hash_u64
 from .pair_set import pair_set_find, pair_set_find_slot, pair_set_insert, pair_set_remove_slot, pair_set_rehash
 
@@ -70,6 +70,21 @@ def cell_net(ev_key, eo, cnt, pm_slots, pm_keys, pm_flag, sb, cap, n):
 def cells_net(touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_n,
               pm_slots, pm_keys, pm_flag, out_n):
     for t in prange(touched.shape[0]):
+        c = touched[t]
+        if ev_n[t] == 0:
+            out_n[t] = 0
+            continue
+        n, o = cell_net(ev_key, ev_off[t], ev_n[t], pm_slots, pm_keys, pm_flag,
+                        cell_pm_base[c], cell_pm_cap[c], cell_pm_n[c])
+        cell_pm_n[c] = n
+        out_n[t] = o
+
+
+@njit(**NJIT_SERIAL)
+def cells_net_serial(touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_n,
+                     pm_slots, pm_keys, pm_flag, out_n):
+    """``cells_net`` on the calling thread alone (no parallel launch); the same results."""
+    for t in range(touched.shape[0]):
         c = touched[t]
         if ev_n[t] == 0:
             out_n[t] = 0

@@ -35,7 +35,7 @@ event buffer. A slice that overflows keeps counting; its cell is recomputed afte
 import numba
 import numpy as np
 
-from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
+from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, NJIT_SERIAL, njit, prange
 from .grid import FLAG_MOVED, FLAG_MOVED_CELLS, FLAG_REMOVED, in_crange
 from .hashing import EVENT_REMOVED, pair_key
 
@@ -364,6 +364,45 @@ def _pairs_of_many_entering(n_old, n, base, eb, dims, bx_h, bx_pos, ep_key, cat,
     return cnt
 
 
+@njit(**NJIT_INLINE)
+def _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static,
+                cell_n, cell_base, bx_h, bx_pos, ep_key, scratch, kscratch,
+                cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n, ev_plus, swaps, tid):
+    """Touched cell t of a frame (steps 1-3 of the module docstring), on worker ``tid``'s workspace."""
+    c = touched[t]
+    eo = ev_off[t]
+    cap = ev_off[t + 1] - eo
+    base = cell_base[c]
+    eb = 2 * base
+    n, moved, cnt = _remove_leaving(c, base, eb, np.int64(cell_n[c]), dims, C, flag, crange, bx_h, bx_pos,
+                                    ep_key, scratch, tid, cell_pm_base, cell_pm_n, pm_keys, ev_key, eo, cap, 0)
+    sw = 0
+    if moved > 0:
+        cnt, sw = _update_moved(moved, n, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk, static,
+                                scratch, tid, ev_key, eo, cap, cnt)
+    e0 = ent_off[t]
+    kn = ent_off[t + 1] - e0
+    if kn > 0:
+        _merge_entering(kn, e0, n, base, eb, dims, ent_h, bx_h, bx_pos, ep_key, boxes_u, kscratch, tid)
+        if kn <= _DIRECT_MAX:
+            cnt = _pairs_of_few_entering(n, n + kn, base, dims, bx_h, bx_pos, cat, msk, static, ev_key, eo, cap,
+                                         cnt)
+        else:
+            cnt = _pairs_of_many_entering(n, n + kn, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static,
+                                          scratch, tid, ev_key, eo, cap, cnt)
+        n += kn
+    cell_n[c] = n
+    ev_n[t] = cnt
+    swaps[t] = sw
+    plus = cnt
+    if cnt <= cap:
+        plus = 0
+        for r in range(cnt):
+            if (ev_key[eo + r] & EVENT_REMOVED) == 0:
+                plus += 1
+    ev_plus[t] = plus
+
+
 @njit(**NJIT_PARALLEL)
 def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static,
                 cell_n, cell_base, bx_h, bx_pos, ep_key, scratch, kscratch,
@@ -377,39 +416,21 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
     takes arrays would cost two atomic reference-count updates per array, more than the work itself.
     """
     for t in prange(touched.shape[0]):
-        c = touched[t]
-        tid = numba.get_thread_id()
-        eo = ev_off[t]
-        cap = ev_off[t + 1] - eo
-        base = cell_base[c]
-        eb = 2 * base
-        n, moved, cnt = _remove_leaving(c, base, eb, np.int64(cell_n[c]), dims, C, flag, crange, bx_h, bx_pos,
-                                        ep_key, scratch, tid, cell_pm_base, cell_pm_n, pm_keys, ev_key, eo, cap, 0)
-        sw = 0
-        if moved > 0:
-            cnt, sw = _update_moved(moved, n, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk, static,
-                                    scratch, tid, ev_key, eo, cap, cnt)
-        e0 = ent_off[t]
-        kn = ent_off[t + 1] - e0
-        if kn > 0:
-            _merge_entering(kn, e0, n, base, eb, dims, ent_h, bx_h, bx_pos, ep_key, boxes_u, kscratch, tid)
-            if kn <= _DIRECT_MAX:
-                cnt = _pairs_of_few_entering(n, n + kn, base, dims, bx_h, bx_pos, cat, msk, static, ev_key, eo, cap,
-                                             cnt)
-            else:
-                cnt = _pairs_of_many_entering(n, n + kn, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static,
-                                              scratch, tid, ev_key, eo, cap, cnt)
-            n += kn
-        cell_n[c] = n
-        ev_n[t] = cnt
-        swaps[t] = sw
-        plus = cnt
-        if cnt <= cap:
-            plus = 0
-            for r in range(cnt):
-                if (ev_key[eo + r] & EVENT_REMOVED) == 0:
-                    plus += 1
-        ev_plus[t] = plus
+        _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static, cell_n,
+                    cell_base, bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_n, pm_keys, ev_key,
+                    ev_off, ev_n, ev_plus, swaps, numba.get_thread_id())
+
+
+@njit(**NJIT_SERIAL)
+def cells_apply_serial(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static,
+                       cell_n, cell_base, bx_h, bx_pos, ep_key, scratch, kscratch,
+                       cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n, ev_plus, swaps):
+    """``cells_apply`` on the calling thread alone (no parallel launch: its fixed cost is most of a small
+    frame's apply); the same results, cell after cell."""
+    for t in range(touched.shape[0]):
+        _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static, cell_n,
+                    cell_base, bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_n, pm_keys, ev_key,
+                    ev_off, ev_n, ev_plus, swaps, 0)
 
 
 @njit(**NJIT)

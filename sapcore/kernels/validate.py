@@ -2,7 +2,7 @@
 updates whose box is unchanged."""
 import numpy as np
 
-from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
+from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, NJIT_SERIAL, njit, prange
 
 # reasons for a bad box (returned as codes, turned into messages by the World)
 BOX_OK = 0
@@ -90,6 +90,29 @@ def boxes_check(boxes, dims, limit, stored, handles, same, rows, row_of, by_row)
     bad = 0
     unchanged = 0
     for i in prange(n):
+        if known:
+            eq = _unchanged(boxes, i, stored, handles, rows, row_of, by_row, dims)
+            same[i] = 2 if eq else 0
+            if eq:
+                unchanged += 1
+                continue
+        if _box_code(boxes, i, dims, limit) != 0:
+            bad += 1
+    if bad:
+        row, code, axis = _first_bad(boxes, dims, limit, stored, handles if known else handles[:0], rows, row_of,
+                                     by_row)
+        return row, code, axis, unchanged
+    return -1, BOX_OK, 0, unchanged
+
+
+@njit(**NJIT_SERIAL)
+def boxes_check_serial(boxes, dims, limit, stored, handles, same, rows, row_of, by_row):
+    """``boxes_check`` on the calling thread alone (no parallel launch); the same results."""
+    n = boxes.shape[0]
+    known = handles.shape[0] == n and n > 0
+    bad = 0
+    unchanged = 0
+    for i in range(n):
         if known:
             eq = _unchanged(boxes, i, stored, handles, rows, row_of, by_row, dims)
             same[i] = 2 if eq else 0

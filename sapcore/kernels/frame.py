@@ -1,0 +1,116 @@
+"""A small frame's serial phases in two calls (``World`` calls them when the whole frame runs on the
+calling thread): between its phases a frame of a hundred objects spent more time in Python (kernel
+dispatch, small numpy operations, the arrays each phase returns) than in its kernels.
+
+- ``frame_cells``: phases 2 and 3's kernels in one call (grid ranges, the touched cells and their
+  entries, the touched cells' sizes);
+- ``frame_pairs``: phases 4 to 7 and the flags of phase 8: every touched cell's SAP, then, unless some
+  event slice overflowed or some pair set needs room (the caller then goes on the general way from the
+  phase it names), the netting, the merge of few events and the delta's id pairs.
+
+Each calls the same kernels and inlined steps as the general path, so the results are the same.
+"""
+import numpy as np
+
+from .._numba import NJIT, njit
+from .arena import frame_room
+from .grid import grid_rasterize, grid_ranges_serial
+from .merge import cells_net_serial, keys_to_ids, world_merge_small
+from .sap_cell import cells_apply_serial
+
+#: ``frame_pairs`` statuses: what is left to the caller
+PAIRS_DONE = 0          # every phase done, the delta's id pairs returned
+PAIRS_OVERFLOW = 1      # cells applied, some event slice overflowed: recompute them, net, merge
+PAIRS_NET = 2           # cells applied, some pair set needs room: grow them, net, merge
+PAIRS_MERGE = 3         # cells applied and netted, the world's pair table needs room: merge
+_S32 = np.uint64(32)
+_LO32 = np.uint64(0xFFFFFFFF)
+
+
+@njit(**NJIT)
+def frame_cells(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, same, rows, row_mode,
+                lastpos, cell_n, rem_h, dense_moving, live, cell_stamp, cell_tidx, frame, cell_cap, cell_pm_n):
+    """``grid_ranges``, ``grid_rasterize`` and ``frame_room`` in one serial call; returns
+    ``(touched, ent_off, ent_h, need, grow, ev_off, ev_cap, max_cap, work)``. ``dense_moving``: the
+    updates whose box changes (``World``'s rule for a dense frame reads it with the removes)."""
+    nu = upd_h.shape[0]
+    newr = np.empty((nu + add_h.shape[0], 6), np.int32)
+    grid_ranges_serial(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, newr, same,
+                       rows, row_mode, lastpos)
+    dense = 2 * (dense_moving + rem_h.shape[0]) >= live
+    touched, ent_off, ent_h = grid_rasterize(C, crange, flag, cell_n, rem_h, upd_h, add_h, newr, same, dense,
+                                             cell_stamp, cell_tidx, frame)
+    need, grow, ev_off, ev_cap, max_cap, work = frame_room(touched, ent_off, cell_n, cell_cap, cell_pm_n)
+    return touched, ent_off, ent_h, need, grow, ev_off, ev_cap, max_cap, work
+
+
+@njit(**NJIT)
+def id_pairs(keys, obj_id):
+    """Handle-pair keys -> uint64 [K, 2] rows (low id, high id), sorted (``World._keys_to_id_pairs``)."""
+    k = keys.shape[0]
+    lo = np.empty(k, np.uint64)
+    hi = np.empty(k, np.uint64)
+    out = np.empty((k, 2), np.uint64)
+    if keys_to_ids(keys, obj_id, lo, hi):
+        packed = (lo << _S32) | hi
+        packed.sort()
+        for i in range(k):
+            out[i, 0] = packed[i] >> _S32
+            out[i, 1] = packed[i] & _LO32
+        return out
+    order = np.argsort(hi, kind="mergesort")
+    order = order[np.argsort(lo[order], kind="mergesort")]
+    for i in range(k):
+        out[i, 0] = lo[order[i]]
+        out[i, 1] = hi[order[i]]
+    return out
+
+
+@njit(**NJIT)
+def frame_pairs(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static, cell_n, cell_base, bx_h,
+                bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag,
+                ev_key, ev_off, ev_cap, counts, shards, g_slots, g_keys, g_cnt, g_cap, g_n, obj_id, rem_h, upd_h,
+                add_h):
+    """Phases 4 to 7 of a serial frame and the clearing of its flags; ``counts`` rows: ev_n, ev_plus, swaps,
+    out_n by touched cell (written as by the general path). Returns ``(status, events, swaps, created,
+    deleted, pairs)``: created / deleted the delta's rows when status is PAIRS_DONE (else empty), pairs
+    the world's pair count then."""
+    ev_n = counts[0]
+    ev_plus = counts[1]
+    swaps = counts[2]
+    out_n = counts[3]
+    cells_apply_serial(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static, cell_n, cell_base,
+                       bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n,
+                       ev_plus, swaps)
+    for i in range(rem_h.shape[0]):      # the flags are read by the cells' SAPs alone
+        flag[rem_h[i]] = 0
+    for i in range(upd_h.shape[0]):
+        flag[upd_h[i]] = 0
+    for i in range(add_h.shape[0]):
+        flag[add_h[i]] = 0
+    nt = touched.shape[0]
+    events = 0
+    sw = 0
+    over = False
+    for t in range(nt):
+        events += ev_n[t]
+        sw += swaps[t]
+        over |= ev_n[t] > ev_cap[t]
+    none = np.empty((0, 2), np.uint64)
+    if over:
+        return PAIRS_OVERFLOW, events, sw, none, none, 0
+    if events == 0:
+        for t in range(nt):
+            out_n[t] = 0
+        return PAIRS_DONE, 0, sw, none, none, -1
+    for t in range(nt):
+        c = touched[t]
+        if ev_plus[t] > 0 and 2 * (np.int64(cell_pm_n[c]) + ev_plus[t]) > cell_pm_cap[c]:
+            return PAIRS_NET, events, sw, none, none, 0
+    cells_net_serial(touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag,
+                     out_n)
+    done, created, deleted, pairs = world_merge_small(ev_key, ev_off, out_n, shards, g_slots, g_keys, g_cnt, g_cap,
+                                                      g_n)
+    if not done:
+        return PAIRS_MERGE, events, sw, none, none, 0
+    return PAIRS_DONE, events, sw, id_pairs(created, obj_id), id_pairs(deleted, obj_id), pairs

@@ -1,0 +1,38 @@
+"""Software prefetch for kernels that read per-object rows in an order of their own (an update list's
+order, scattered over the handle-ordered object arrays): the row some iterations ahead is requested
+from memory while the current one is processed."""
+import numba
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+def _prefetch_row(typingctx, arr, row):
+    """Prefetch the first cache line of ``arr[row]`` (2-D C-contiguous array; for writing too)."""
+    if not isinstance(arr, types.Array) or not isinstance(row, types.Integer):
+        return None
+    sig = types.void(arr, row)
+
+    def codegen(context, builder, signature, args):
+        aty, _ = signature.args
+        ary = context.make_array(aty)(context, builder, args[0])
+        idx = context.cast(builder, args[1], signature.args[1], types.intp)
+        stride = builder.extract_value(ary.strides, 0)
+        base = builder.ptrtoint(ary.data, cgutils.intp_t)
+        addr = builder.inttoptr(builder.add(base, builder.mul(idx, stride)), ir.IntType(8).as_pointer())
+        fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32),
+                                               ir.IntType(32)])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        builder.call(fn, [addr, ir.Constant(ir.IntType(32), 1), ir.Constant(ir.IntType(32), 3),
+                          ir.Constant(ir.IntType(32), 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+if numba.config.DISABLE_JIT:
+    def prefetch_row(arr, row):
+        """(Kernels run as Python: nothing to prefetch.)"""
+else:
+    prefetch_row = intrinsic(_prefetch_row)
