@@ -3,7 +3,9 @@
 // pytest side records with the Python client): every frame's answer must match byte for byte (created
 // and deleted pairs, frame, objects, pairs, the digest the server sends and the one this client keeps
 // from the deltas; or the error's code, field and index), then the final pair list (ListPairs, small
-// pages). SAPGRID_ALLOW_ZERO_DIGEST=1 accepts a server digest of 0 (servers from before pairs_digest).
+// pages). A writer's step {"same_as_step": K} must be answered with the very delta of step K (every
+// field, timings included). SAPGRID_ALLOW_ZERO_DIGEST=1 accepts a server digest of 0 (servers from
+// before pairs_digest).
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
@@ -92,9 +94,19 @@ export async function runVector(v, where) {
       }
     }
     let mirror = 0n;
+    const answers = []; // each step's delta, for the duplicates of writer steps
     for (const [i, step] of v.steps.entries()) {
       const at = `${where} step ${i} (seq ${step.frame.seq})`;
       const e = step.expect;
+      if (e.same_as_step !== undefined) {
+        // A writer's frame sent again: answered with the very delta of step K (timings included, so a
+        // delta computed again differs); the world and this runner's digest do not move.
+        const d = await stream.recv();
+        const first = answers[e.same_as_step];
+        assert.ok(first, `${at}: step ${e.same_as_step} was not answered with a delta`);
+        assert.deepEqual(d, first, `${at}: not the very delta of step ${e.same_as_step}`);
+        continue;
+      }
       if (e.error) {
         const err = await stream.recv().then(() => null, (x) => x);
         assert.ok(err instanceof SapgridError, `${at}: expected error ${JSON.stringify(e.error)}, got a delta`);
@@ -103,6 +115,7 @@ export async function runVector(v, where) {
         continue;
       }
       const d = await stream.recv();
+      answers[i] = d;
       assert.equal(d.seq, BigInt(step.frame.seq ?? 0), `${at}: seq`);
       assert.equal(hex(d.created), e.created ?? "", `${at}: created`);
       assert.equal(hex(d.deleted), e.deleted ?? "", `${at}: deleted`);
