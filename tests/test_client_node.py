@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import trustme
 
 from sapgrid.client import Client
 from sapgrid.client.errors import SapgridError
@@ -201,5 +202,14 @@ def test_node_client_resumes_writer_streams(tmp_path):
     helped = subprocess.run([str(sapgrid), "serve", "--help"], capture_output=True, text=True, timeout=60)
     if "--data-dir" not in helped.stdout:
         pytest.skip("this server has no durable worlds (sapgrid serve --data-dir): resume needs them")
-    out = _run_node_tests(["durable.test.mjs"], {"SAPGRID_SERVE": str(sapgrid)})
-    assert _tap_counts(out)["pass"] == 7, out[-3000:]
+    # A throwaway CA and a server certificate for localhost (the TLS test).
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    cert.private_key_pem.write_to_path(str(tmp_path / "server.key"))
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "server.pem"))
+    for extra in cert.cert_chain_pems[1:]:
+        with open(tmp_path / "server.pem", "ab") as f:
+            f.write(extra.bytes())
+    out = _run_node_tests(["durable.test.mjs"], {"SAPGRID_SERVE": str(sapgrid), "SAPGRID_TLS_DIR": str(tmp_path)})
+    assert _tap_counts(out)["pass"] == 8, out[-3000:]

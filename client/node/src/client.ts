@@ -2,6 +2,7 @@
  * The sapgrid client: worlds, frames (unary `step` and pipelined `stream`), queries, pairs and
  * subscriptions over one gRPC channel (@grpc/grpc-js), with typed arrays in and out and typed errors.
  */
+import { readFileSync } from "node:fs";
 import * as grpc from "@grpc/grpc-js";
 import { Metadata, status } from "@grpc/grpc-js";
 
@@ -41,7 +42,15 @@ export interface ClientOptions {
   timeoutMs?: number;
   /** gRPC message limit both ways (default 64 MiB, as the server's --max-message-bytes). */
   maxMessageBytes?: number;
-  /** Channel credentials (default: insecure, for loopback and private networks). */
+  /** TLS with the system's root certificates (or with `caFile`, the server's CA, PEM). */
+  tls?: boolean;
+  /** PEM files: the CA that signed the server's certificate; with certFile/keyFile, mutual TLS. */
+  caFile?: string;
+  certFile?: string;
+  keyFile?: string;
+  /** Sent as `authorization: Bearer TOKEN` on every call (the server's --auth-file). */
+  token?: string;
+  /** Channel credentials of your own (instead of tls/caFile/certFile/keyFile). */
   credentials?: grpc.ChannelCredentials;
   /** Extra channel options of @grpc/grpc-js. */
   channelOptions?: grpc.ChannelOptions;
@@ -128,6 +137,27 @@ export class Subscription implements AsyncIterable<Delta>, AsyncIterator<Delta> 
   }
 }
 
+/** TLS credentials from the options (any of tls, caFile, certFile, keyFile), else plaintext. */
+function channelCredentials(opts: ClientOptions): grpc.ChannelCredentials {
+  const { tls, caFile, certFile, keyFile, token } = opts;
+  if (token !== undefined && (typeof token !== "string" || !token || /[\r\n]/.test(token))) {
+    throw makeError(status.INVALID_ARGUMENT, "token: expected a non-empty string on one line", "token");
+  }
+  if (!tls && !caFile && !certFile && !keyFile) return grpc.credentials.createInsecure();
+  if (!certFile !== !keyFile) {
+    throw makeError(status.INVALID_ARGUMENT, "certFile and keyFile go together (mutual TLS)", certFile ? "keyFile" : "certFile");
+  }
+  const read = (file: string | undefined, key: string): Buffer | null => {
+    if (!file) return null;
+    try {
+      return readFileSync(file);
+    } catch (e) {
+      throw makeError(status.INVALID_ARGUMENT, `${key}: cannot read ${file}: ${(e as Error).message}`, key);
+    }
+  };
+  return grpc.credentials.createSsl(read(caFile, "caFile"), read(keyFile, "keyFile"), read(certFile, "certFile"));
+}
+
 type Unary<Req, Res> = (req: Req, md: Metadata, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res?: Res) => void) => grpc.ClientUnaryCall;
 
 export class Client {
@@ -150,15 +180,19 @@ export class Client {
       "grpc.keepalive_permit_without_calls": 1,
       ...opts.channelOptions,
     };
-    const creds = opts.credentials ?? grpc.credentials.createInsecure();
+    const creds = opts.credentials ?? channelCredentials(opts);
+    this.token = opts.token;
     const proto = contract();
     this.stub = new proto.sapgrid.v1.SapgridService(address, creds, options);
     // The health stub shares the service stub's channel.
     this.healthStub = new proto.grpc.health.v1.Health(address, creds, { ...options, channelOverride: this.stub.getChannel() });
   }
 
+  private readonly token: string | undefined;
+
   private metadata(world = ""): Metadata {
     const md = new Metadata();
+    if (this.token) md.set("authorization", `Bearer ${this.token}`);
     if (world && WORLD_NAME.test(world)) md.set(WORLD_HEADER, world);
     return md;
   }
@@ -197,7 +231,7 @@ export class Client {
   /** The server's gRPC health status ("SERVING", "NOT_SERVING", ...) for a service ("" = the server). */
   health(service = "", timeoutMs?: number): Promise<string> {
     return new Promise((resolve, reject) => {
-      this.healthStub.Check({ service }, new Metadata(), this.deadline(timeoutMs), (err, res) => {
+      this.healthStub.Check({ service }, this.metadata(), this.deadline(timeoutMs), (err, res) => {
         if (err) reject(fromServiceError(err));
         else resolve(String(res?.status ?? "UNKNOWN"));
       });

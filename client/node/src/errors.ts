@@ -51,6 +51,10 @@ export class Internal extends SapgridError {}
 /** The client's view and the server's disagree: a mirror's pair digest differs from the server's, or a
  * writer's frames the server had answered are gone (a server without a data directory restarted). */
 export class DataLoss extends SapgridError {}
+/** No or unknown credentials (the server's --auth-file). */
+export class Unauthenticated extends SapgridError {}
+/** The caller's role does not cover this call or world. */
+export class PermissionDenied extends SapgridError {}
 
 const BY_CODE: Record<number, typeof SapgridError> = {
   [status.INVALID_ARGUMENT]: InvalidArgument,
@@ -63,6 +67,8 @@ const BY_CODE: Record<number, typeof SapgridError> = {
   [status.CANCELLED]: Cancelled,
   [status.INTERNAL]: Internal,
   [status.DATA_LOSS]: DataLoss,
+  [status.UNAUTHENTICATED]: Unauthenticated,
+  [status.PERMISSION_DENIED]: PermissionDenied,
 };
 
 /** The typed error of a status code (the class of the code, SapgridError for others). */

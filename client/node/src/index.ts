@@ -6,7 +6,7 @@ export type { Backoff, OpenOptions, StreamOptions } from "./stream";
 export { PairMirror } from "./mirror";
 export {
   AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition, Internal, InvalidArgument, makeError, NotFound,
-  ResourceExhausted, SapgridError, splitField, Unavailable,
+  PermissionDenied, ResourceExhausted, SapgridError, splitField, Unauthenticated, Unavailable,
 } from "./errors";
 export { digestStep, pairsDigest, splitmix64 } from "./digest";
 export { boxesArray, idsArray, pairsArray } from "./codec";

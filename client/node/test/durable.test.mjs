@@ -7,7 +7,7 @@
 // pair digest), a frozen world, snapshot and restore.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
@@ -35,13 +35,13 @@ function freePort() {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** A `sapgrid serve` process on 127.0.0.1:port with a data directory, SERVING when this resolves. */
-async function startServer(port, dataDir) {
+async function startServer(port, dataDir, extra = [], clientOptions = {}) {
   const proc = spawn(SERVE, ["serve", "--listen", `127.0.0.1:${port}`, "--metrics-port", "-1", "--data-dir", dataDir,
-    "--grace-seconds", "1"], { stdio: ["ignore", "pipe", "pipe"] });
+    "--grace-seconds", "1", ...extra], { stdio: ["ignore", "pipe", "pipe"] });
   let log = "";
   proc.stdout.on("data", (b) => (log += b));
   proc.stderr.on("data", (b) => (log += b));
-  const probe = new Client(`127.0.0.1:${port}`, { timeoutMs: 2000 });
+  const probe = new Client(`127.0.0.1:${port}`, { timeoutMs: 2000, ...clientOptions });
   try {
     for (let i = 0; i < 1200; i++) {
       if (proc.exitCode !== null) throw new Error(`sapgrid serve exited ${proc.exitCode}:\n${log}`);
@@ -383,5 +383,45 @@ test("snapshot and restore: the restored world goes on exactly like the original
     await c.deleteWorld(copy);
   } finally {
     c.close();
+  }
+});
+
+test("TLS and tokens: the client's credentials, Unauthenticated and PermissionDenied", { timeout: 300_000 }, async () => {
+  const tlsDir = process.env.SAPGRID_TLS_DIR; // ca.pem, server.pem, server.key made by the pytest side (trustme)
+  assert.ok(tlsDir, "SAPGRID_TLS_DIR is not set");
+  const dir = mkdtempSync(path.join(os.tmpdir(), "sapgrid-node-auth-"));
+  const authFile = path.join(dir, "auth.toml");
+  const token = (role, name) => execFileSync(SERVE, ["auth", "token", "--file", authFile, "--name", name, "--role", role,
+    "--worlds", "node-*"], { encoding: "utf8" }).trim().split(/\s+/).pop();
+  const admin = token("admin", "ops");
+  const reader = token("reader", "viewer");
+  const tls = { caFile: path.join(tlsDir, "ca.pem") };
+  const securePort = await freePort();
+  const proc = await startServer(securePort, path.join(dir, "data"), ["--auth-file", authFile, "--tls-cert",
+    path.join(tlsDir, "server.pem"), "--tls-key", path.join(tlsDir, "server.key")], { ...tls, token: admin });
+  const address = `localhost:${securePort}`;
+  const ops = new Client(address, { ...tls, token: admin });
+  const viewer = new Client(address, { ...tls, token: reader });
+  const nobody = new Client(address, tls);
+  const plain = new Client(address, { token: admin, timeoutMs: 5000 });
+  try {
+    const name = worldName("secure");
+    await ops.createWorld(name, { dims: 2, bounds: [0, 0, 10, 10], cells: [1, 1] });
+    const s = await ops.stream(name, { writer: "w", resume: true });
+    assert.deepEqual((await s.step({ addIds: [1n, 2n], addBoxes: [0, 0, 1, 1, 0, 0, 1, 1] })).created, new BigUint64Array([1n, 2n]));
+    s.close();
+    assert.deepEqual(await viewer.pairs(name), new BigUint64Array([1n, 2n]));
+    await assert.rejects(viewer.step(name, { removeIds: [1n] }), (e) => e.codeName === "PERMISSION_DENIED" && e.constructor.name === "PermissionDenied");
+    await assert.rejects(viewer.deleteWorld(name), (e) => e.codeName === "PERMISSION_DENIED");
+    await assert.rejects(nobody.getWorld(name), (e) => e.codeName === "UNAUTHENTICATED" && e.constructor.name === "Unauthenticated");
+    await assert.rejects(plain.getWorld(name), (e) => e.codeName === "UNAVAILABLE"); // plaintext to a TLS server
+    assert.equal((await ops.getWorld(name)).objects, 2); // the refused calls changed nothing
+    assert.throws(() => new Client(address, { caFile: path.join(dir, "missing.pem") }), (e) => e.field === "caFile");
+    assert.throws(() => new Client(address, { ...tls, certFile: path.join(tlsDir, "server.pem") }), (e) => e.field === "keyFile");
+    await ops.deleteWorld(name);
+  } finally {
+    for (const c of [ops, viewer, nobody, plain]) c.close();
+    await stopServer(proc);
+    rmSync(dir, { recursive: true, force: true });
   }
 });
