@@ -5,7 +5,8 @@ codec and digest, every call of the client, the conformance vectors, and a scena
 the Python client (random frames with adds, moves, removes, filters, static objects, ids past 2^53 and
 refused frames) whose every answer and final pair list the Node client must reproduce byte for byte.
 Then the resuming writer streams (client/node/test/durable.test.mjs), against servers with a data
-directory that the node tests start, cut off (a TCP relay) and kill themselves (``SAPGRID_SERVE``).
+directory that the node tests start, cut off (a TCP relay) and kill themselves (``SAPGRID_SERVE``), and
+TLS with tokens against one with an auth file and a certificate made here (trustme).
 Node.js and the package's npm dependencies come from scripts/setup.d/50-node-client.sh; without them the
 test is skipped, and fails under CI=true.
 """
