@@ -195,8 +195,23 @@ def _apply_credentials(args, env) -> None:
             if flag == "--tls" and value is not None:
                 value = value.strip().lower() in ("1", "true", "yes", "on")
         values[dest] = value
+        if value and flag in ("--tls-ca", "--tls-cert", "--tls-key"):
+            _check_pem(value, f"{flag} {value}" if getattr(args, dest, None) is not None else f"{name}={value}")
+    if bool(values["tls_cert"]) != bool(values["tls_key"]):
+        raise ValueError("--tls-cert and --tls-key go together (a client certificate and its private key)")
     set_defaults(tls=bool(values["tls"]), ca_file=values["tls_ca"], cert_file=values["tls_cert"],
                  key_file=values["tls_key"], token=values["token"])
+
+
+def _check_pem(path: str, label: str) -> None:
+    """A credential file must be readable PEM before any call is made (else one line naming it, exit 2)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ValueError(f"{label}: cannot read it ({exc.strerror or exc})") from None
+    if b"-----BEGIN " not in data:
+        raise ValueError(f"{label}: not a PEM file")
 
 
 def _engine_tool(name: str, parser: argparse.ArgumentParser) -> None:
@@ -298,12 +313,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import os
+
+    # gRPC's core logs a failed TLS handshake at INFO on stderr; the command's own one-line error says it.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = build_parser().parse_args(argv)
     if getattr(args, "missing", None):
         print(args.missing, file=sys.stderr)
         return 2
-    import os
-
     try:
         _apply_credentials(args, os.environ)
     except ValueError as exc:
