@@ -42,9 +42,19 @@ def _cmd_view(args) -> int:
     return run(args.server, args.world, args.listen)
 
 
+WORLDS_ACTIONS = ("list", "create", "delete", "snapshot", "restore")
+
+
 def _cmd_worlds(args) -> int:
     from sapgrid.client import Client
     from sapgrid.client.errors import SapgridError
+
+    if args.action not in WORLDS_ACTIONS:       # sapgrid worlds NAME: the same as sapgrid worlds list NAME
+        if args.name is not None:
+            print(f"sapgrid worlds: unknown action {args.action!r} (one of {', '.join(WORLDS_ACTIONS)}, or a "
+                  f"world's NAME alone)", file=sys.stderr)
+            return 2
+        args.action, args.name = "list", args.action
 
     with Client(args.server, timeout=args.timeout) as c:
         try:
@@ -62,7 +72,12 @@ def _cmd_worlds(args) -> int:
                     print("sapgrid worlds snapshot NAME FILE: both are needed", file=sys.stderr)
                     return 2
                 data = c.snapshot(args.name)
-                _write_atomically(args.file, data)
+                try:
+                    _write_atomically(args.file, data)
+                except OSError as exc:
+                    print(f"sapgrid worlds snapshot: {args.file}: cannot write it ({exc.strerror or exc})",
+                          file=sys.stderr)
+                    return 2
                 print(f"snapshot of {args.name}: {len(data)} bytes in {args.file}")
             elif args.action == "restore":
                 path = args.name              # sapgrid worlds restore FILE [--name NEW]
@@ -73,18 +88,26 @@ def _cmd_worlds(args) -> int:
                     with open(path, "rb") as f:
                         data = f.read()
                 except OSError as exc:
-                    print(f"sapgrid worlds restore: {exc}", file=sys.stderr)
+                    print(f"sapgrid worlds restore: {path}: cannot read it ({exc.strerror or exc})", file=sys.stderr)
                     return 2
                 w = c.restore(data, args.new_name)
                 print(f"restored {w.name}: {w.objects} objects, {w.pairs} pairs, frame {w.frames}")
             else:
                 worlds = [c.get_world(args.name)] if args.name else c.list_worlds()
                 print(f"{'world':<20} {'dims':>4} {'cells':>12} {'objects':>10} {'pairs':>10} {'frames':>8} "
-                      f"{'last ms':>8}")
+                      f"{'last ms':>8} {'writers':>7}")
                 for w in worlds:
                     last = f"{w.last_frame.total_s * 1e3:.2f}" if w.last_frame else "-"
                     print(f"{w.name:<20} {w.config.dims:>4} {'x'.join(map(str, w.config.cells)):>12} "
-                          f"{w.objects:>10} {w.pairs:>10} {w.frames:>8} {last:>8}")
+                          f"{w.objects:>10} {w.pairs:>10} {w.frames:>8} {last:>8} {len(w.writers):>7}"
+                          f"{'  frozen' if w.frozen else ''}")
+                if args.name:                   # one world: its digest, state and where each writer stands
+                    w = worlds[0]
+                    print(f"pairs digest {w.pairs_digest} ({w.pairs_digest:#018x}); "
+                          f"{'frozen (frames refused: moving)' if w.frozen else 'not frozen'}; "
+                          f"rejected frames {w.frames_rejected}")
+                    for writer, seq in sorted(w.writers.items()):
+                        print(f"writer {writer}: last applied seq {seq}")
         except SapgridError as exc:
             print(f"sapgrid worlds: {exc}", file=sys.stderr)
             return 1
@@ -249,7 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worlds", help="list, show, create, delete, snapshot or restore worlds",
                        epilog="sapgrid worlds snapshot NAME FILE: save a world's snapshot; "
                               "sapgrid worlds restore FILE [--name NEW]: create a world from one")
-    p.add_argument("action", nargs="?", choices=("list", "create", "delete", "snapshot", "restore"), default="list")
+    p.add_argument("action", nargs="?", default="list", metavar="ACTION|NAME",
+                   help="list (default), create, delete, snapshot or restore; a world's NAME alone shows that "
+                        "world with its pairs digest, frozen state and writers (as `list NAME`)")
     p.add_argument("name", nargs="?", default=None,
                    help="world name (create/delete/snapshot; list: show one); restore: the snapshot FILE")
     p.add_argument("file", nargs="?", default=None, help="snapshot: the file written")
