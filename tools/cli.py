@@ -165,8 +165,11 @@ def _cmd_auth(args) -> int:
 
     try:
         token = append_token(args.file, args.name, args.role, args.worlds)
-    except (AuthFileError, OSError) as exc:
+    except AuthFileError as exc:
         print(f"sapgrid auth token: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:                      # e.g. the file's directory is missing or not writable
+        print(f"sapgrid auth token: --file {args.file}: cannot write it ({exc.strerror or exc})", file=sys.stderr)
         return 2
     except ImportError as exc:
         print(f"sapgrid auth token needs the server: pip install 'sapgrid[server]' ({exc})", file=sys.stderr)
