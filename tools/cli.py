@@ -155,9 +155,21 @@ def _cmd_bench(args) -> int:
 
         return bench_cluster.main(["--objects", str(args.proxy_objects), "--frames", str(args.proxy_frames)]
                                   + (["--json"] if args.json else []))
+    import grpc
+
+    from sapgrid.client.errors import SapgridError
     from sapgrid.tools import bench
 
-    return bench.run(args)
+    try:
+        return bench.run(args)
+    except SapgridError as exc:                 # e.g. --server not reachable, or a call it refused
+        print(f"sapgrid bench: {exc}", file=sys.stderr)
+        return 1
+    except grpc.RpcError as exc:                # the echo baseline's raw stub
+        hint = (" (the server does not serve the bench-only EchoService: start it with `sapgrid serve --echo`, "
+                "or use --server spawn)" if exc.code() == grpc.StatusCode.UNIMPLEMENTED else "")
+        print(f"sapgrid bench: {exc.code().name}: {exc.details()}{hint}", file=sys.stderr)
+        return 1
 
 
 def _cmd_auth(args) -> int:
