@@ -1,11 +1,13 @@
-"""The ``sapgrid`` command: serve, demo, worlds, replay, bench.
+"""The ``sapgrid`` command: serve, demo, worlds, replay, bench, view, cluster, auth.
 
-    sapgrid serve [--listen HOST:PORT] [--metrics-port PORT] ...   run a server (flags or SAPGRID_* env)
+    sapgrid serve [--listen HOST:PORT] [--data-dir DIR] ...         run a server (flags or SAPGRID_* env)
     sapgrid demo [--server HOST:PORT | --spawn-server] [--ticks N]  live simulation against a server
-    sapgrid worlds list|create|delete [--server HOST:PORT]          manage worlds
+    sapgrid worlds [NAME] | create|delete NAME | snapshot NAME FILE | restore FILE [--name NEW]
+                                                                    list, show and manage worlds
     sapgrid replay TRACE [--server HOST:PORT]                       replay a recorded trace
-    sapgrid bench [--server HOST:PORT]                              benchmarks (engine, or the service)
-    sapgrid view --server HOST:PORT [--world NAME] [--listen HOST:PORT]  live web viewer of worlds
+    sapgrid bench [--server HOST:PORT|spawn]                        benchmarks (engine, or the service)
+    sapgrid view [--server HOST:PORT] [--world NAME] [--listen HOST:PORT]  live web viewer of worlds
+    sapgrid cluster status|proxy-config|rebalance ...               a cluster of replicas behind HAProxy
     sapgrid auth token --file FILE --name NAME --role admin|writer|reader --worlds PATTERN   a new token
 
 Every command that calls a server takes --tls, --tls-ca FILE, --tls-cert FILE, --tls-key FILE and
