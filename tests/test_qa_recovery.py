@@ -51,6 +51,8 @@ def test_delete_during_recovery_is_refused_and_the_world_stays(tmp_path, monkeyp
         with Client(app.address, timeout=60) as c:
             with pytest.raises(Unavailable, match="recovering"):
                 c.delete_world("kept")
+            with pytest.raises(Unavailable, match="recovering"):   # not a list without the worlds still to come
+                c.list_worlds()
         gate.set()
         t.join(60)
         assert not t.is_alive()
