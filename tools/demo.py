@@ -121,7 +121,9 @@ def _demo(args, address: str) -> int:
             with client.stream(name, writer=name, resume=True, resume_deadline=args.resume_seconds) as stream:
                 print("warming up (the first frames compile the engine's kernels)...", flush=True)
                 d = stream.step(add_ids=sim.ids, add_boxes=sim.boxes())
-                stream.step(update_ids=sim.ids, update_boxes=sim.boxes())     # untimed warm-up tick
+                # An untimed warm-up tick that moves every box: the kernels of a moving frame are loaded (or
+                # compiled) now, not in the first timed tick (whose seconds stayed in the p99 for 500 ticks).
+                stream.step(update_ids=sim.ids, update_boxes=sim.tick())
                 info = (d.stats.objects, d.stats.pairs, len(d.created), len(d.deleted))
                 t_start = last_print = time.perf_counter()
                 recent: deque = deque()
