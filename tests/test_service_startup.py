@@ -69,6 +69,10 @@ def test_bad_durability_security_and_cluster_options(tmp_path):
         (self_, {}, ["--cluster-self", "go together"]),
         ([], {"SAPGRID_CLUSTER_MEMBERS": "127.0.0.1:7001,bad", "SAPGRID_CLUSTER_SELF": "127.0.0.1:7001"},
          ["SAPGRID_CLUSTER_MEMBERS", "'bad'"]),
+        ([], {"SAPGRID_DATA_DIR": str(a_file)}, ["--data-dir", "Not a directory", "set by SAPGRID_DATA_DIR"]),
+        ([], {"SAPGRID_AUTH_FILE": str(bad_toml)}, ["--auth-file", "set by SAPGRID_AUTH_FILE"]),
+        ([], {"SAPGRID_TLS_CERT": str(tmp_path / "none.crt"), "SAPGRID_TLS_KEY": str(a_file)},
+         ["--tls-cert", "set by SAPGRID_TLS_CERT)"]),
     ]
     for flags, env, words in cases:
         _one_line_refusal(_serve("--listen", "127.0.0.1:0", "--metrics-port", "-1", *flags, env=env), *words)
