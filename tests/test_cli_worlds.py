@@ -62,3 +62,18 @@ def test_snapshot_and_restore_files_that_cannot_be_used(server, world_name, tmp_
     code, out, err = _run(capsys, "worlds", "snapshot", world_name, str(tmp_path / "w.snap"), "--server",
                           server.address)
     assert code == 0 and (tmp_path / "w.snap").stat().st_size > 24, err
+
+
+def test_create_and_delete_arguments_are_checked_before_any_call(server, capsys):
+    from sapgrid.client import Client
+
+    before = {w.name for w in Client(server.address, timeout=60).list_worlds()}
+    for argv, words in ((["create", "qa-b", "--bounds", "0,0,x,1"], ["--bounds", "numbers"]),
+                        (["create", "qa-c", "--cells", "a,4"], ["--cells", "integers"]),
+                        (["create"], ["create NAME"]), (["delete"], ["delete NAME"]),
+                        (["create", "qa-d", "extra"], ["create NAME"])):
+        code, out, err = _run(capsys, "worlds", *argv, "--server", server.address)
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        for w in words:
+            assert w in err, err
+    assert {w.name for w in Client(server.address, timeout=60).list_worlds()} == before

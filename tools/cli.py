@@ -60,9 +60,22 @@ def _cmd_worlds(args) -> int:
 
     with Client(args.server, timeout=args.timeout) as c:
         try:
+            if args.action in ("create", "delete") and (not args.name or args.file):
+                print(f"sapgrid worlds {args.action} NAME: one world name is needed", file=sys.stderr)
+                return 2
             if args.action == "create":
-                bounds = tuple(float(x) for x in args.bounds.split(",")) if args.bounds else None
-                cells = tuple(int(x) for x in args.cells.split(",")) if args.cells else None
+                try:
+                    bounds = tuple(float(x) for x in args.bounds.split(",")) if args.bounds else None
+                except ValueError:
+                    print(f"sapgrid worlds create: --bounds {args.bounds!r}: not a comma-separated list of numbers",
+                          file=sys.stderr)
+                    return 2
+                try:
+                    cells = tuple(int(x) for x in args.cells.split(",")) if args.cells else None
+                except ValueError:
+                    print(f"sapgrid worlds create: --cells {args.cells!r}: not a comma-separated list of integers",
+                          file=sys.stderr)
+                    return 2
                 w = c.create_world(args.name, dims=args.dims, bounds=bounds, cells=cells,
                                    expected_objects=args.expected_objects)
                 print(f"created {w.name}: dims={w.config.dims} bounds={w.config.bounds} cells={w.config.cells}")
