@@ -65,9 +65,11 @@ def test_snapshot_and_restore_files_that_cannot_be_used(server, world_name, tmp_
 
 
 def test_create_and_delete_arguments_are_checked_before_any_call(server, capsys):
-    from sapgrid.client import Client
+    def names():
+        with Client(server.address, timeout=60) as c:
+            return {w.name for w in c.list_worlds()}
 
-    before = {w.name for w in Client(server.address, timeout=60).list_worlds()}
+    before = names()
     for argv, words in ((["create", "qa-b", "--bounds", "0,0,x,1"], ["--bounds", "numbers"]),
                         (["create", "qa-c", "--cells", "a,4"], ["--cells", "integers"]),
                         (["create"], ["create NAME"]), (["delete"], ["delete NAME"]),
@@ -76,4 +78,4 @@ def test_create_and_delete_arguments_are_checked_before_any_call(server, capsys)
         assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
         for w in words:
             assert w in err, err
-    assert {w.name for w in Client(server.address, timeout=60).list_worlds()} == before
+    assert names() == before
