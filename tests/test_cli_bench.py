@@ -35,3 +35,28 @@ def test_a_server_without_the_echo_service(server, capsys):
     _one_line(capsys, code, "UNIMPLEMENTED", "sapgrid serve --echo")
     with Client(server.address, timeout=60) as c:
         assert not [w.name for w in c.list_worlds() if w.name.startswith("bench-")]
+
+
+def test_many_worlds_over_tls_with_a_token(make_server, tmp_path, capsys):
+    """The many-worlds mode's streams use the command's credentials (they were always plaintext)."""
+    from sapgrid.client._channel import set_defaults
+
+    from security_helpers import auth_file, make_certs
+
+    certs = make_certs(tmp_path / "pki")
+    crt, key = certs.server()
+    tokens = auth_file(tmp_path / "auth.toml", {"ops": ("admin", "*")})
+    common = dict(tls_cert=crt, tls_key=key, auth_file=str(tmp_path / "auth.toml"), metrics_port=-1)
+    argv = ["--worlds", "2", "--objects", "100", "--hz", "10", "--seconds", "1", "--heavy-objects", "0",
+            "--tls-ca", certs.ca_file, "--token", tokens["ops"]]
+    try:
+        with_echo = make_server(echo=True, **common)
+        assert cli.main(["bench", "--server", with_echo.address, *argv]) == 0, capsys.readouterr().err
+        assert "| frames delivered / asked | " in capsys.readouterr().out
+        without = make_server(**common)
+        _one_line(capsys, cli.main(["bench", "--server", without.address, *argv]), "UNIMPLEMENTED",
+                  "sapgrid serve --echo")
+        with Client(without.address, timeout=60, ca_file=certs.ca_file, token=tokens["ops"]) as c:
+            assert not [w.name for w in c.list_worlds() if w.name != "default"]
+    finally:
+        set_defaults()
