@@ -79,3 +79,18 @@ def test_create_and_delete_arguments_are_checked_before_any_call(server, capsys)
         for w in words:
             assert w in err, err
     assert names() == before
+
+
+def test_a_reader_that_goes_away_is_no_traceback(server):
+    """``sapgrid worlds | head -1``: the pipe closed before the table is written ends the command quietly."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAPGRID_")}
+    proc = subprocess.Popen([sys.executable, "-m", "sapgrid.tools.cli", "worlds", "--server", server.address],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()                                   # the reader is gone before anything is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

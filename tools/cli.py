@@ -385,6 +385,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:                     # e.g. `sapgrid worlds | head -3`: the reader has gone
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())   # no second error when Python flushes stdout at exit
+        return 141
 
 
 if __name__ == "__main__":
