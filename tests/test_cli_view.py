@@ -35,3 +35,28 @@ def test_a_busy_listen_port():
 @pytest.mark.parametrize("listen", ["nowhere", "127.0.0.1:http", "127.0.0.1:70000"])
 def test_a_malformed_listen_address(listen):
     _one_line(_view("--listen", listen), "--listen", "HOST:PORT")
+
+
+def test_the_world_list_says_when_the_server_is_unreachable():
+    """/api/worlds with the server down (or restarting): 503 with the reason, not a 500 and a traceback."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from sapgrid.tools.viewer import app as viewer_app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"           # nothing listens there once closed
+
+    async def run():
+        client = TestClient(TestServer(viewer_app.make_app(address, "")))
+        await client.start_server()
+        try:
+            resp = await client.get("/api/worlds")
+            body = await resp.json()
+            assert resp.status == 503 and body["worlds"] == [] and "UNAVAILABLE" in body["error"]
+        finally:
+            await client.close()
+
+    asyncio.run(run())

@@ -149,7 +149,10 @@ class Viewer:
                 del self.feeds[(f.world, tuple(f.region))]
 
     async def worlds(self, request) -> web.Response:
-        infos = await self.client.list_worlds()
+        try:
+            infos = await self.client.list_worlds()
+        except SapgridError as exc:             # the server is down, restarting or recovering: say so
+            return web.json_response({"default": self.default_world, "worlds": [], "error": str(exc)}, status=503)
         return web.json_response({"default": self.default_world, "worlds": [
             {"name": w.name, "dims": w.config.dims, "bounds": list(w.config.bounds),
              "cells": list(w.config.cells), "objects": w.objects, "pairs": w.pairs} for w in infos]})
