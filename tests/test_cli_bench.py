@@ -60,3 +60,9 @@ def test_many_worlds_over_tls_with_a_token(make_server, tmp_path, capsys):
             assert not [w.name for w in c.list_worlds() if w.name != "default"]
     finally:
         set_defaults()
+
+
+def test_bad_sizes_name_the_flag(capsys):
+    assert cli.main(["bench", "--sizes", "1000,abc", "--ticks", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--sizes '1000,abc'" in err, err
