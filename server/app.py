@@ -366,15 +366,19 @@ class StartupError(Exception):
     """The server cannot start as configured; the message is one line naming the flag at fault."""
 
 
-def serve(cfg: ServerConfig, ready=None) -> int:
+def serve(cfg: ServerConfig, ready=None, from_env: dict | None = None) -> int:
     """Run a server in the foreground until SIGTERM/SIGINT, then stop gracefully. ``ready(app)`` is
-    called once serving."""
+    called once serving. ``from_env``: flag -> the SAPGRID_* variable that set it, named in a refusal."""
     logs.configure(cfg.log_format)
     auth.configure_audit()
     try:
         app = build_server(cfg)
     except StartupError as exc:
-        print(f"sapgrid serve: {exc}", file=sys.stderr)
+        import re
+
+        message = str(exc)
+        named = [var for flag, var in (from_env or {}).items() if re.search(rf"(?<![\w-]){flag}(?![\w-])", message)]
+        print(f"sapgrid serve: {message}" + (f" (set by {', '.join(named)})" if named else ""), file=sys.stderr)
         return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -129,7 +129,10 @@ class ServerConfig:
             if not getattr(self, name) >= 0:
                 bad(name, "must be >= 0 (0: off)")
         from .cluster import from_config
-        from_config(self.cluster_members, self.cluster_self)  # raises on a bad member list
+        try:
+            from_config(self.cluster_members, self.cluster_self)  # raises on a bad member list
+        except ValueError as exc:
+            bad("cluster_members" if self.cluster_members else "cluster_self", str(exc))
 
 
 def _floats(text: str) -> tuple:

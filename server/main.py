@@ -19,9 +19,15 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"sapgrid serve: {exc}", file=sys.stderr)
         return 2
-    from .app import serve
+    import os
+    from dataclasses import fields
 
-    return serve(cfg)
+    from .app import serve
+    from .config import ServerConfig
+
+    from_env = {"--" + f.name.replace("_", "-"): "SAPGRID_" + f.name.upper() for f in fields(ServerConfig)
+                if getattr(args, f.name, None) is None and os.environ.get("SAPGRID_" + f.name.upper()) is not None}
+    return serve(cfg, from_env=from_env)
 
 
 def main(argv: list[str] | None = None) -> int:

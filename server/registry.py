@@ -634,7 +634,12 @@ class Registry:
             raise InvalidInput(f"snapshot: its configuration is not valid ({exc})", "chunk") from None
         return self.create(name, config, state.expected_objects, state=state)
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, recovered: bool = False) -> None:
+        """Delete a world and its files. Refused UNAVAILABLE while the data directory is recovered (a world
+        deleted mid-recovery would keep its files and come back at the next start); ``recovered``: the
+        recovery's own undoing of a world it could not finish."""
+        if self.recovering and not recovered:
+            raise Unavailable("the server is recovering its worlds from its data directory; try again soon")
         with self._mutex:
             runner = self.worlds.pop(name, None)
             if runner is None:

@@ -18,7 +18,8 @@ from sapgrid.v1 import sapgrid_service_pb2 as pb
 from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
 
 from . import auth, cluster, protocol, snapshot
-from .errors import Cancelled, Exhausted, InvalidInput, WorldGone, WorldNotFound, abort, frame_error, short
+from .errors import (Cancelled, Exhausted, InvalidInput, Unavailable, WorldGone, WorldNotFound, abort,
+                     frame_error, short)
 from .metrics import Metrics
 from .registry import Caller, Registry
 from .writers import check_writer
@@ -146,6 +147,8 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
 
     @_unary
     def ListWorlds(self, request, context):
+        if self.registry.recovering:      # a partial list would hide worlds (from a rebalance, say)
+            raise Unavailable("the server is recovering its worlds from its data directory; try again soon")
         return pb.ListWorldsResponse(worlds=[protocol.world_info(r) for r in self.registry.list()
                                              if auth.may(context, auth.READER, r.name)],   # only what it may read
                                      server_version=__version__)

@@ -722,7 +722,7 @@ class Storage:
         try:
             base, size, fd = self._replay(runner, path, [b for b in logs if b >= state.frames], state.frames)
         except Exception as exc:
-            registry.delete(name)
+            registry.delete(name, recovered=True)
             if isinstance(exc, RecoveryError):
                 raise
             raise RecoveryError(f"replay of its log failed: {exc}") from None

@@ -45,6 +45,40 @@ def test_busy_metrics_port(busy_port):
     _one_line_refusal(proc, "--metrics-port", str(busy_port))
 
 
+def test_bad_durability_security_and_cluster_options(tmp_path):
+    """The new options: each refusal is one line naming the flag (or variable), exit 2, nothing started."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    bad_toml = tmp_path / "auth.toml"
+    bad_toml.write_text("[[tokens]\nname = \n")
+    members = tmp_path / "members"
+    members.write_text("127.0.0.1:7001, nowhere\n")
+    self_ = ["--cluster-self", "127.0.0.1:7001"]
+    cases = [
+        (["--data-dir", str(a_file)], {}, ["--data-dir", str(a_file), "Not a directory"]),
+        (["--data-dir", str(tmp_path / "d"), "--fsync", "bogus"], {}, ["--fsync", "bogus"]),
+        ([], {"SAPGRID_FSYNC": "bogus"}, ["SAPGRID_FSYNC", "bogus"]),
+        (["--data-dir", str(tmp_path / "d"), "--snapshot-bytes", "-1"], {}, ["--snapshot-bytes", ">= 4096"]),
+        (["--tls-cert", str(tmp_path / "missing.crt"), "--tls-key", str(a_file)], {}, ["--tls-cert", "cannot read"]),
+        (["--tls-cert", str(a_file)], {}, ["--tls-key", "go together"]),
+        (["--auth-file", str(bad_toml)], {}, ["--auth-file", "not valid TOML"]),
+        (["--auth-file", str(tmp_path / "none.toml")], {}, ["--auth-file", "cannot read"]),
+        (["--cluster-members", f"@{tmp_path / 'missing'}", *self_], {}, ["--cluster-members", "cannot read"]),
+        (["--cluster-members", f"@{members}", *self_], {}, ["--cluster-members", "'nowhere'"]),
+        (["--cluster-members", "127.0.0.1:7001,x"], {}, ["--cluster-members", "--cluster-self"]),
+        (self_, {}, ["--cluster-self", "go together"]),
+        ([], {"SAPGRID_CLUSTER_MEMBERS": "127.0.0.1:7001,bad", "SAPGRID_CLUSTER_SELF": "127.0.0.1:7001"},
+         ["SAPGRID_CLUSTER_MEMBERS", "'bad'"]),
+        ([], {"SAPGRID_DATA_DIR": str(a_file)}, ["--data-dir", "Not a directory", "set by SAPGRID_DATA_DIR"]),
+        ([], {"SAPGRID_AUTH_FILE": str(bad_toml)}, ["--auth-file", "set by SAPGRID_AUTH_FILE"]),
+        ([], {"SAPGRID_TLS_CERT": str(tmp_path / "none.crt"), "SAPGRID_TLS_KEY": str(a_file)},
+         ["--tls-cert", "set by SAPGRID_TLS_CERT)"]),
+    ]
+    for flags, env, words in cases:
+        _one_line_refusal(_serve("--listen", "127.0.0.1:0", "--metrics-port", "-1", *flags, env=env), *words)
+    assert not (tmp_path / "d").exists()
+
+
 @pytest.mark.parametrize("flags, env, words", [
     (["--default-world-bounds", "0,0,10"], {}, ["--default-world", "bounds"]),
     (["--default-world-cells", "0,4"], {}, ["--default-world", "cells"]),

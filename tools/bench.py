@@ -296,7 +296,10 @@ def run(args: argparse.Namespace) -> int:
         return (bench_worlds if getattr(args, "worlds", 0) else bench_server).run(args)
     try:
         scens = [s for s in args.scenarios.split(",") if s]
-        sizes = [int(v) for v in str(args.sizes).split(",") if v]
+        try:
+            sizes = [int(v) for v in str(args.sizes).split(",") if v]
+        except ValueError:
+            raise ValueError(f"--sizes {args.sizes!r}: not a comma-separated list of object counts") from None
         names = [f"{s}-{n}" for s in scens for n in sizes]
         for nm in names:
             traces.parse_name(nm)

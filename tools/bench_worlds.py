@@ -84,6 +84,13 @@ def _moving_frames(world: str, n: int, rng: np.random.Generator, side: float = 1
     return add, updates
 
 
+def _aio_channel(address: str):
+    """An asyncio channel with the credentials the command was given (--tls-ca/--token or SAPGRID_*)."""
+    from sapgrid.client._channel import credentials, open_channel
+
+    return open_channel(address, channel_options(), aio=True, **credentials())
+
+
 async def _paced_stream(stub, requests: list, hz: float, seconds: float, start: float, rtts: list) -> int:
     """Send requests[i % len] at start + i/hz until start + seconds, each answered before the next;
     return the frames answered. A stream that falls behind its schedule sends at once (no catch-up burst)."""
@@ -112,16 +119,24 @@ async def _paced_stream(stub, requests: list, hz: float, seconds: float, start: 
 
 
 async def _echo_stream(stub, payload: bytes, reply: int, hz: float, seconds: float, start: float) -> int:
+    from sapgrid.client.errors import make_error
+
     call = stub.EchoStream()
     i = 0
-    while start + i / hz < start + seconds:
-        delay = start + i / hz - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        await call.write(echo_pb.EchoStreamRequest(payload=payload, reply_bytes=reply))
-        await call.read()
-        i += 1
-    await call.done_writing()
+    try:
+        while start + i / hz < start + seconds:
+            delay = start + i / hz - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await call.write(echo_pb.EchoStreamRequest(payload=payload, reply_bytes=reply))
+            await call.read()
+            i += 1
+        await call.done_writing()
+    except asyncio.InvalidStateError:          # the call ended (e.g. UNIMPLEMENTED: a server without --echo)
+        code = await call.code()
+        hint = (" (the server does not serve the bench-only EchoService: start it with `sapgrid serve --echo`, "
+                "or use --server spawn)" if code == grpc.StatusCode.UNIMPLEMENTED else "")
+        raise make_error(code, f"EchoStream: {await call.details()}{hint}") from None
     return i
 
 
@@ -147,7 +162,7 @@ def _drop_worlds(address: str, names: list[str]) -> None:
 
 
 async def _many(address: str, frames: dict, hz: float, seconds: float) -> tuple[int, list]:
-    async with grpc.aio.insecure_channel(address, options=channel_options()) as channel:
+    async with _aio_channel(address) as channel:
         stub = pb_grpc.SapgridServiceStub(channel)
         rtts: list[float] = []
         start = time.perf_counter() + 0.2
@@ -158,7 +173,7 @@ async def _many(address: str, frames: dict, hz: float, seconds: float) -> tuple[
 async def _echo(address: str, frames: dict, hz: float, seconds: float) -> int:
     sample = next(iter(frames.values()))[0]
     payload, reply = sample.SerializeToString(), 120            # a delta of a moving 1k world is ~100 B
-    async with grpc.aio.insecure_channel(address, options=channel_options()) as channel:
+    async with _aio_channel(address) as channel:
         stub = echo_grpc.EchoServiceStub(channel)
         start = time.perf_counter() + 0.2
         done = await asyncio.gather(*(_echo_stream(stub, payload, reply, hz, seconds, start) for _ in frames))
@@ -167,7 +182,7 @@ async def _echo(address: str, frames: dict, hz: float, seconds: float) -> int:
 
 async def _neighbour(address: str, small: list, heavy: list | None, hz: float, seconds: float) -> list:
     """The small world's round trips at hz, while the heavy world (if any) streams frames back to back."""
-    async with grpc.aio.insecure_channel(address, options=channel_options()) as channel:
+    async with _aio_channel(address) as channel:
         stub = pb_grpc.SapgridServiceStub(channel)
         rtts: list[float] = []
         start = time.perf_counter() + 0.2

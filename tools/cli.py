@@ -1,11 +1,13 @@
-"""The ``sapgrid`` command: serve, demo, worlds, replay, bench.
+"""The ``sapgrid`` command: serve, demo, worlds, replay, bench, view, cluster, auth.
 
-    sapgrid serve [--listen HOST:PORT] [--metrics-port PORT] ...   run a server (flags or SAPGRID_* env)
+    sapgrid serve [--listen HOST:PORT] [--data-dir DIR] ...         run a server (flags or SAPGRID_* env)
     sapgrid demo [--server HOST:PORT | --spawn-server] [--ticks N]  live simulation against a server
-    sapgrid worlds list|create|delete [--server HOST:PORT]          manage worlds
+    sapgrid worlds [NAME] | create|delete NAME | snapshot NAME FILE | restore FILE [--name NEW]
+                                                                    list, show and manage worlds
     sapgrid replay TRACE [--server HOST:PORT]                       replay a recorded trace
-    sapgrid bench [--server HOST:PORT]                              benchmarks (engine, or the service)
-    sapgrid view --server HOST:PORT [--world NAME] [--listen HOST:PORT]  live web viewer of worlds
+    sapgrid bench [--server HOST:PORT|spawn]                        benchmarks (engine, or the service)
+    sapgrid view [--server HOST:PORT] [--world NAME] [--listen HOST:PORT]  live web viewer of worlds
+    sapgrid cluster status|proxy-config|rebalance ...               a cluster of replicas behind HAProxy
     sapgrid auth token --file FILE --name NAME --role admin|writer|reader --worlds PATTERN   a new token
 
 Every command that calls a server takes --tls, --tls-ca FILE, --tls-cert FILE, --tls-key FILE and
@@ -42,15 +44,38 @@ def _cmd_view(args) -> int:
     return run(args.server, args.world, args.listen)
 
 
+WORLDS_ACTIONS = ("list", "create", "delete", "snapshot", "restore")
+
+
 def _cmd_worlds(args) -> int:
     from sapgrid.client import Client
     from sapgrid.client.errors import SapgridError
 
+    if args.action not in WORLDS_ACTIONS:       # sapgrid worlds NAME: the same as sapgrid worlds list NAME
+        if args.name is not None:
+            print(f"sapgrid worlds: unknown action {args.action!r} (one of {', '.join(WORLDS_ACTIONS)}, or a "
+                  f"world's NAME alone)", file=sys.stderr)
+            return 2
+        args.action, args.name = "list", args.action
+
     with Client(args.server, timeout=args.timeout) as c:
         try:
+            if args.action in ("create", "delete") and (not args.name or args.file):
+                print(f"sapgrid worlds {args.action} NAME: one world name is needed", file=sys.stderr)
+                return 2
             if args.action == "create":
-                bounds = tuple(float(x) for x in args.bounds.split(",")) if args.bounds else None
-                cells = tuple(int(x) for x in args.cells.split(",")) if args.cells else None
+                try:
+                    bounds = tuple(float(x) for x in args.bounds.split(",")) if args.bounds else None
+                except ValueError:
+                    print(f"sapgrid worlds create: --bounds {args.bounds!r}: not a comma-separated list of numbers",
+                          file=sys.stderr)
+                    return 2
+                try:
+                    cells = tuple(int(x) for x in args.cells.split(",")) if args.cells else None
+                except ValueError:
+                    print(f"sapgrid worlds create: --cells {args.cells!r}: not a comma-separated list of integers",
+                          file=sys.stderr)
+                    return 2
                 w = c.create_world(args.name, dims=args.dims, bounds=bounds, cells=cells,
                                    expected_objects=args.expected_objects)
                 print(f"created {w.name}: dims={w.config.dims} bounds={w.config.bounds} cells={w.config.cells}")
@@ -62,7 +87,12 @@ def _cmd_worlds(args) -> int:
                     print("sapgrid worlds snapshot NAME FILE: both are needed", file=sys.stderr)
                     return 2
                 data = c.snapshot(args.name)
-                _write_atomically(args.file, data)
+                try:
+                    _write_atomically(args.file, data)
+                except OSError as exc:
+                    print(f"sapgrid worlds snapshot: {args.file}: cannot write it ({exc.strerror or exc})",
+                          file=sys.stderr)
+                    return 2
                 print(f"snapshot of {args.name}: {len(data)} bytes in {args.file}")
             elif args.action == "restore":
                 path = args.name              # sapgrid worlds restore FILE [--name NEW]
@@ -73,18 +103,26 @@ def _cmd_worlds(args) -> int:
                     with open(path, "rb") as f:
                         data = f.read()
                 except OSError as exc:
-                    print(f"sapgrid worlds restore: {exc}", file=sys.stderr)
+                    print(f"sapgrid worlds restore: {path}: cannot read it ({exc.strerror or exc})", file=sys.stderr)
                     return 2
                 w = c.restore(data, args.new_name)
                 print(f"restored {w.name}: {w.objects} objects, {w.pairs} pairs, frame {w.frames}")
             else:
                 worlds = [c.get_world(args.name)] if args.name else c.list_worlds()
                 print(f"{'world':<20} {'dims':>4} {'cells':>12} {'objects':>10} {'pairs':>10} {'frames':>8} "
-                      f"{'last ms':>8}")
+                      f"{'last ms':>8} {'writers':>7}")
                 for w in worlds:
                     last = f"{w.last_frame.total_s * 1e3:.2f}" if w.last_frame else "-"
                     print(f"{w.name:<20} {w.config.dims:>4} {'x'.join(map(str, w.config.cells)):>12} "
-                          f"{w.objects:>10} {w.pairs:>10} {w.frames:>8} {last:>8}")
+                          f"{w.objects:>10} {w.pairs:>10} {w.frames:>8} {last:>8} {len(w.writers):>7}"
+                          f"{'  frozen' if w.frozen else ''}")
+                if args.name:                   # one world: its digest, state and where each writer stands
+                    w = worlds[0]
+                    print(f"pairs digest {w.pairs_digest} ({w.pairs_digest:#018x}); "
+                          f"{'frozen (frames refused: moving)' if w.frozen else 'not frozen'}; "
+                          f"rejected frames {w.frames_rejected}")
+                    for writer, seq in sorted(w.writers.items()):
+                        print(f"writer {writer}: last applied seq {seq}")
         except SapgridError as exc:
             print(f"sapgrid worlds: {exc}", file=sys.stderr)
             return 1
@@ -132,9 +170,21 @@ def _cmd_bench(args) -> int:
 
         return bench_cluster.main(["--objects", str(args.proxy_objects), "--frames", str(args.proxy_frames)]
                                   + (["--json"] if args.json else []))
+    import grpc
+
+    from sapgrid.client.errors import SapgridError
     from sapgrid.tools import bench
 
-    return bench.run(args)
+    try:
+        return bench.run(args)
+    except SapgridError as exc:                 # e.g. --server not reachable, or a call it refused
+        print(f"sapgrid bench: {exc}", file=sys.stderr)
+        return 1
+    except grpc.RpcError as exc:                # the echo baseline's raw stub
+        hint = (" (the server does not serve the bench-only EchoService: start it with `sapgrid serve --echo`, "
+                "or use --server spawn)" if exc.code() == grpc.StatusCode.UNIMPLEMENTED else "")
+        print(f"sapgrid bench: {exc.code().name}: {exc.details()}{hint}", file=sys.stderr)
+        return 1
 
 
 def _cmd_auth(args) -> int:
@@ -142,8 +192,11 @@ def _cmd_auth(args) -> int:
 
     try:
         token = append_token(args.file, args.name, args.role, args.worlds)
-    except (AuthFileError, OSError) as exc:
+    except AuthFileError as exc:
         print(f"sapgrid auth token: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:                      # e.g. the file's directory is missing or not writable
+        print(f"sapgrid auth token: --file {args.file}: cannot write it ({exc.strerror or exc})", file=sys.stderr)
         return 2
     except ImportError as exc:
         print(f"sapgrid auth token needs the server: pip install 'sapgrid[server]' ({exc})", file=sys.stderr)
@@ -195,8 +248,23 @@ def _apply_credentials(args, env) -> None:
             if flag == "--tls" and value is not None:
                 value = value.strip().lower() in ("1", "true", "yes", "on")
         values[dest] = value
+        if value and flag in ("--tls-ca", "--tls-cert", "--tls-key"):
+            _check_pem(value, f"{flag} {value}" if getattr(args, dest, None) is not None else f"{name}={value}")
+    if bool(values["tls_cert"]) != bool(values["tls_key"]):
+        raise ValueError("--tls-cert and --tls-key go together (a client certificate and its private key)")
     set_defaults(tls=bool(values["tls"]), ca_file=values["tls_ca"], cert_file=values["tls_cert"],
                  key_file=values["tls_key"], token=values["token"])
+
+
+def _check_pem(path: str, label: str) -> None:
+    """A credential file must be readable PEM before any call is made (else one line naming it, exit 2)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ValueError(f"{label}: cannot read it ({exc.strerror or exc})") from None
+    if b"-----BEGIN " not in data:
+        raise ValueError(f"{label}: not a PEM file")
 
 
 def _engine_tool(name: str, parser: argparse.ArgumentParser) -> None:
@@ -234,7 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worlds", help="list, show, create, delete, snapshot or restore worlds",
                        epilog="sapgrid worlds snapshot NAME FILE: save a world's snapshot; "
                               "sapgrid worlds restore FILE [--name NEW]: create a world from one")
-    p.add_argument("action", nargs="?", choices=("list", "create", "delete", "snapshot", "restore"), default="list")
+    p.add_argument("action", nargs="?", default="list", metavar="ACTION|NAME",
+                   help="list (default), create, delete, snapshot or restore; a world's NAME alone shows that "
+                        "world with its pairs digest, frozen state and writers (as `list NAME`)")
     p.add_argument("name", nargs="?", default=None,
                    help="world name (create/delete/snapshot; list: show one); restore: the snapshot FILE")
     p.add_argument("file", nargs="?", default=None, help="snapshot: the file written")
@@ -298,12 +368,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import os
+
+    # gRPC's core logs a failed TLS handshake at INFO on stderr; the command's own one-line error says it.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = build_parser().parse_args(argv)
     if getattr(args, "missing", None):
         print(args.missing, file=sys.stderr)
         return 2
-    import os
-
     try:
         _apply_credentials(args, os.environ)
     except ValueError as exc:
@@ -313,6 +385,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:                     # e.g. `sapgrid worlds | head -3`: the reader has gone
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())   # no second error when Python flushes stdout at exit
+        return 141
 
 
 if __name__ == "__main__":

@@ -243,8 +243,18 @@ class Trace:
     @classmethod
     def load(cls, path: str) -> "Trace":
         """Load a ``.npz`` trace (the kit's format)."""
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+        import zipfile
+
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (EOFError, ValueError, zipfile.BadZipFile, AttributeError) as exc:
+            raise ValueError(f"{path}: not a trace (a .npz file of the benchmark kit's format)") from None
+        missing = [k for k in ("dims", "ticks", "bounds", "init_ids", "init_boxes", "rem_off", "rem_ids", "upd_off",
+                               "upd_ids", "upd_boxes", "add_off", "add_ids", "add_boxes") if k not in arrays]
+        if missing:
+            raise ValueError(f"{path}: not a trace (a .npz file of the benchmark kit's format): no "
+                             f"{', '.join(missing)}")
         base = os.path.basename(path)
         return cls(arrays, base[:-4] if base.endswith(".npz") else base, path)
 

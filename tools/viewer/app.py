@@ -149,7 +149,10 @@ class Viewer:
                 del self.feeds[(f.world, tuple(f.region))]
 
     async def worlds(self, request) -> web.Response:
-        infos = await self.client.list_worlds()
+        try:
+            infos = await self.client.list_worlds()
+        except SapgridError as exc:             # the server is down, restarting or recovering: say so
+            return web.json_response({"default": self.default_world, "worlds": [], "error": str(exc)}, status=503)
         return web.json_response({"default": self.default_world, "worlds": [
             {"name": w.name, "dims": w.config.dims, "bounds": list(w.config.bounds),
              "cells": list(w.config.cells), "objects": w.objects, "pairs": w.pairs} for w in infos]})
@@ -291,9 +294,16 @@ def make_app(server: str, world: str = "") -> web.Application:
 
 
 def run(server: str, world: str, listen: str) -> int:
+    import sys
+
     host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit():
-        raise SystemExit(f"--listen must be HOST:PORT, got {listen!r}")
-    print(f"sapgrid view: http://{listen}/ (server {server})", flush=True)
-    web.run_app(make_app(server, world), host=host, port=int(port), print=None)
+    if not host or not port.isdigit() or int(port) > 65535:
+        print(f"sapgrid view: --listen must be HOST:PORT, got {listen!r}", file=sys.stderr)
+        return 2
+    started = lambda _message: print(f"sapgrid view: http://{listen}/ (server {server})", flush=True)  # noqa: E731
+    try:                                # the address line once the page is served (aiohttp calls ``print``)
+        web.run_app(make_app(server, world), host=host, port=int(port), print=started)
+    except OSError as exc:
+        print(f"sapgrid view: --listen {listen}: cannot listen there ({exc.strerror or exc})", file=sys.stderr)
+        return 2
     return 0

@@ -27,6 +27,7 @@ function sendView() {
 
 async function loadWorlds() {
   const r = await (await fetch("/api/worlds")).json();
+  if (r.error) { $("status").textContent = `server: ${r.error}`; return; }
   worlds = r.worlds;
   const sel = $("world"); sel.innerHTML = "";
   for (const w of worlds) sel.add(new Option(`${w.name} (${w.dims}D)`, w.name));

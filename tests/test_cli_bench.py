@@ -1,0 +1,68 @@
+"""``sapgrid bench --server``: a server that cannot be reached, or one without the bench-only EchoService,
+is one line (with what to do), exit code 1, no traceback, and no world left behind."""
+from __future__ import annotations
+
+import socket
+
+from sapgrid.client import Client
+from sapgrid.tools import cli
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _one_line(capsys, code: int, *words: str) -> None:
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert code == 1 and len(lines) == 1, err
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_an_unreachable_server(capsys):
+    address = f"127.0.0.1:{_free_port()}"
+    _one_line(capsys, cli.main(["bench", "--server", address, "--rtt-objects", "100"]), "UNAVAILABLE")
+    _one_line(capsys, cli.main(["bench", "--server", address, "--worlds", "2", "--seconds", "1",
+                                "--heavy-objects", "0"]), "UNAVAILABLE")
+
+
+def test_a_server_without_the_echo_service(server, capsys):
+    code = cli.main(["bench", "--server", server.address, "--rtt-objects", "100", "--fps-objects", "100",
+                     "--fps-ticks", "5"])
+    _one_line(capsys, code, "UNIMPLEMENTED", "sapgrid serve --echo")
+    with Client(server.address, timeout=60) as c:
+        assert not [w.name for w in c.list_worlds() if w.name.startswith("bench-")]
+
+
+def test_many_worlds_over_tls_with_a_token(make_server, tmp_path, capsys):
+    """The many-worlds mode's streams use the command's credentials (they were always plaintext)."""
+    from sapgrid.client._channel import set_defaults
+
+    from security_helpers import auth_file, make_certs
+
+    certs = make_certs(tmp_path / "pki")
+    crt, key = certs.server()
+    tokens = auth_file(tmp_path / "auth.toml", {"ops": ("admin", "*")})
+    common = dict(tls_cert=crt, tls_key=key, auth_file=str(tmp_path / "auth.toml"), metrics_port=-1)
+    argv = ["--worlds", "2", "--objects", "100", "--hz", "10", "--seconds", "1", "--heavy-objects", "0",
+            "--tls-ca", certs.ca_file, "--token", tokens["ops"]]
+    try:
+        with_echo = make_server(echo=True, **common)
+        assert cli.main(["bench", "--server", with_echo.address, *argv]) == 0, capsys.readouterr().err
+        assert "| frames delivered / asked | " in capsys.readouterr().out
+        without = make_server(**common)
+        _one_line(capsys, cli.main(["bench", "--server", without.address, *argv]), "UNIMPLEMENTED",
+                  "sapgrid serve --echo")
+        with Client(without.address, timeout=60, ca_file=certs.ca_file, token=tokens["ops"]) as c:
+            assert not [w.name for w in c.list_worlds() if w.name != "default"]
+    finally:
+        set_defaults()
+
+
+def test_bad_sizes_name_the_flag(capsys):
+    assert cli.main(["bench", "--sizes", "1000,abc", "--ticks", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--sizes '1000,abc'" in err, err
