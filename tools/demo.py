@@ -32,8 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1, help="random seed of the boxes (default 1)")
     parser.add_argument("--connect-timeout", type=float, default=5.0,
                         help="seconds to wait for the server to answer (default 5)")
-    parser.add_argument("--resume-seconds", type=float, default=30.0,
-                        help="seconds to keep reconnecting when the server goes away mid-run (default 30)")
+    parser.add_argument("--resume-seconds", type=float, default=120.0,
+                        help="seconds to keep reconnecting when the server goes away mid-run, its recovery included "
+                             "(default 120)")
 
 
 class Sim:
