@@ -4,7 +4,8 @@
 call, each with its own fixed cost, which for the few pairs of a frame is most of its ~25 us (twice
 a frame). The kernel here computes the same sum mod 2^64 of splitmix64(lo ^ splitmix64(hi)) over the
 created pairs minus the deleted ones, in one loop of uint64 arithmetic (wrapping, as numpy's), and
-is checked against ``layout.pairs_digest`` by the tests.
+is checked against ``layout.pairs_digest`` by the tests. The kernel keeps the GIL: releasing it for a
+few microseconds would cost a hand-over to another thread and back when the server is busy.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 _EMPTY = np.zeros((0, 2), np.uint64)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, inline="always")
 def _mix(x):
     x = x + _GOLDEN
     x = (x ^ (x >> _S30)) * _MIX1
@@ -26,7 +27,7 @@ def _mix(x):
     return x ^ (x >> _S31)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True)          # holds the GIL: a few microseconds, less than handing the GIL over and back
 def _step(digest, created, deleted):
     d = digest
     for i in range(created.shape[0]):
