@@ -34,10 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from sapgrid.layout import digest_step, pairs_digest
+from sapgrid.layout import pairs_digest
 
 from .interest import RegionDelta, RegionView
 from . import protocol, tracing
+from .digest import digest_step
 from .errors import (Cancelled, Exhausted, InvalidInput, ShuttingDown, Unavailable, WorldExists, WorldNotFound,
                      outcome)
 from .metrics import Metrics
