@@ -7,8 +7,6 @@ counted under ``world="_unknown"`` so client input never creates series.
 """
 from __future__ import annotations
 
-from bisect import bisect_left
-
 import numpy as np
 from prometheus_client import (CollectorRegistry, Counter, Gauge, GCCollector, Histogram, Info, PlatformCollector,
                                ProcessCollector, disable_created_metrics, start_http_server)
@@ -116,7 +114,7 @@ class Metrics:
         if b is None:
             b = (self.frames.labels(world, "ok"), self.objects.labels(world), self.pairs.labels(world),
                  self.created.labels(world), self.deleted.labels(world), self.swaps.labels(world),
-                 self.overflows.labels(world), tuple(_observer(self.latency.labels(world, p)) for p in PHASES))
+                 self.overflows.labels(world), tuple(self.latency.labels(world, p) for p in PHASES))
             self._children[world] = b
         return b
 
@@ -132,7 +130,7 @@ class Metrics:
         if s.cell_overflows:
             overflows.inc(s.cell_overflows)
         for h, value in zip(lat, (queue_s, s.validate_s, s.rasterize_s, s.apply_s, s.merge_s, s.total_s, server_s)):
-            h(value)
+            h.observe(value)
 
     def frame_rejected(self, world: str | None, outcome: str) -> None:
         self.frames.labels(world or UNKNOWN_WORLD, outcome).inc()
@@ -184,25 +182,6 @@ class Metrics:
             server.server_close()
             thread.join(timeout=5)
             self._http = None
-
-
-def _observer(child):
-    """``child.observe`` of a histogram's child, or a faster equivalent: the bucket found by bisection
-    (the buckets are sorted) instead of a linear scan, without ``observe``'s per-call checks. It reads
-    prometheus_client's own fields (``_upper_bounds``, ``_buckets``, ``_sum``), checked here: a version
-    without them gets ``observe`` itself."""
-    bounds, buckets, total = (getattr(child, a, None) for a in ("_upper_bounds", "_buckets", "_sum"))
-    if (not isinstance(bounds, list) or not isinstance(buckets, list) or len(bounds) != len(buckets)
-            or bounds[-1] != float("inf") or not all(hasattr(x, "inc") for x in (total, *buckets))):
-        return child.observe
-    add_sum = total.inc
-    adds = [b.inc for b in buckets]
-
-    def observe(amount: float) -> None:
-        add_sum(amount)
-        if amount == amount:                     # NaN: in no bucket, as observe
-            adds[bisect_left(bounds, amount)](1)     # the first bucket with amount <= its bound, as observe
-    return observe
 
 
 def _remove(metric, world: str) -> None:
