@@ -66,18 +66,26 @@ def cell_net(ev_key, eo, cnt, pm_slots, pm_keys, pm_flag, sb, cap, n):
     return n, o
 
 
+@njit(**NJIT_INLINE)
+def _net_touched(t, touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag,
+                 out_n):
+    """Touched cell t of ``cells_net`` (its parallel and serial loops)."""
+    c = touched[t]
+    if ev_n[t] == 0:
+        out_n[t] = 0
+        return
+    n, o = cell_net(ev_key, ev_off[t], ev_n[t], pm_slots, pm_keys, pm_flag,
+                    cell_pm_base[c], cell_pm_cap[c], cell_pm_n[c])
+    cell_pm_n[c] = n
+    out_n[t] = o
+
+
 @njit(**NJIT_PARALLEL)
 def cells_net(touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_n,
               pm_slots, pm_keys, pm_flag, out_n):
     for t in prange(touched.shape[0]):
-        c = touched[t]
-        if ev_n[t] == 0:
-            out_n[t] = 0
-            continue
-        n, o = cell_net(ev_key, ev_off[t], ev_n[t], pm_slots, pm_keys, pm_flag,
-                        cell_pm_base[c], cell_pm_cap[c], cell_pm_n[c])
-        cell_pm_n[c] = n
-        out_n[t] = o
+        _net_touched(t, touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys,
+                     pm_flag, out_n)
 
 
 @njit(**NJIT_SERIAL)
@@ -85,14 +93,8 @@ def cells_net_serial(touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, c
                      pm_slots, pm_keys, pm_flag, out_n):
     """``cells_net`` on the calling thread alone (no parallel launch); the same results."""
     for t in range(touched.shape[0]):
-        c = touched[t]
-        if ev_n[t] == 0:
-            out_n[t] = 0
-            continue
-        n, o = cell_net(ev_key, ev_off[t], ev_n[t], pm_slots, pm_keys, pm_flag,
-                        cell_pm_base[c], cell_pm_cap[c], cell_pm_n[c])
-        cell_pm_n[c] = n
-        out_n[t] = o
+        _net_touched(t, touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys,
+                     pm_flag, out_n)
 
 
 @njit(**NJIT_INLINE)

@@ -72,6 +72,31 @@ def _first_bad(boxes, dims, limit, stored, handles, rows, row_of, by_row):
     return -1, BOX_OK, 0
 
 
+# what ``_check_row`` found
+_ROW_OK, _ROW_UNCHANGED, _ROW_BAD = 0, 1, 2
+
+
+@njit(**NJIT_INLINE)
+def _check_row(boxes, i, dims, limit, stored, handles, same, rows, row_of, by_row, known):
+    """Row i of ``boxes_check`` (its parallel and serial loops): unchanged (``same[i] = 2``), bad or ok."""
+    if known:
+        eq = _unchanged(boxes, i, stored, handles, rows, row_of, by_row, dims)
+        same[i] = 2 if eq else 0
+        if eq:
+            return _ROW_UNCHANGED
+    return _ROW_BAD if _box_code(boxes, i, dims, limit) != 0 else _ROW_OK
+
+
+@njit(**NJIT_INLINE)
+def _check_answer(bad, unchanged, boxes, dims, limit, stored, handles, rows, row_of, by_row, known):
+    """``boxes_check``'s answer once its rows are counted: the lowest bad row when there is one."""
+    if bad:
+        row, code, axis = _first_bad(boxes, dims, limit, stored, handles if known else handles[:0], rows, row_of,
+                                     by_row)
+        return row, code, axis, unchanged
+    return -1, BOX_OK, 0, unchanged
+
+
 @njit(**NJIT_PARALLEL)
 def boxes_check(boxes, dims, limit, stored, handles, same, rows, row_of, by_row):
     """First bad row of float32 boxes [K, 2*dims]: returns (row, code, axis, unchanged), row -1 (code 0,
@@ -90,19 +115,12 @@ def boxes_check(boxes, dims, limit, stored, handles, same, rows, row_of, by_row)
     bad = 0
     unchanged = 0
     for i in prange(n):
-        if known:
-            eq = _unchanged(boxes, i, stored, handles, rows, row_of, by_row, dims)
-            same[i] = 2 if eq else 0
-            if eq:
-                unchanged += 1
-                continue
-        if _box_code(boxes, i, dims, limit) != 0:
+        r = _check_row(boxes, i, dims, limit, stored, handles, same, rows, row_of, by_row, known)
+        if r == _ROW_UNCHANGED:
+            unchanged += 1
+        elif r == _ROW_BAD:
             bad += 1
-    if bad:
-        row, code, axis = _first_bad(boxes, dims, limit, stored, handles if known else handles[:0], rows, row_of,
-                                     by_row)
-        return row, code, axis, unchanged
-    return -1, BOX_OK, 0, unchanged
+    return _check_answer(bad, unchanged, boxes, dims, limit, stored, handles, rows, row_of, by_row, known)
 
 
 @njit(**NJIT_SERIAL)
@@ -113,16 +131,9 @@ def boxes_check_serial(boxes, dims, limit, stored, handles, same, rows, row_of, 
     bad = 0
     unchanged = 0
     for i in range(n):
-        if known:
-            eq = _unchanged(boxes, i, stored, handles, rows, row_of, by_row, dims)
-            same[i] = 2 if eq else 0
-            if eq:
-                unchanged += 1
-                continue
-        if _box_code(boxes, i, dims, limit) != 0:
+        r = _check_row(boxes, i, dims, limit, stored, handles, same, rows, row_of, by_row, known)
+        if r == _ROW_UNCHANGED:
+            unchanged += 1
+        elif r == _ROW_BAD:
             bad += 1
-    if bad:
-        row, code, axis = _first_bad(boxes, dims, limit, stored, handles if known else handles[:0], rows, row_of,
-                                     by_row)
-        return row, code, axis, unchanged
-    return -1, BOX_OK, 0, unchanged
+    return _check_answer(bad, unchanged, boxes, dims, limit, stored, handles, rows, row_of, by_row, known)
