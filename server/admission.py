@@ -28,6 +28,13 @@ SHORT_METHODS = frozenset({
 })
 
 
+
+def handler_kind(handler) -> str:
+    """The field of a ``grpc.RpcMethodHandler`` that holds its behaviour (``unary_unary``, ``unary_stream``,
+    ``stream_unary`` or ``stream_stream``): what an interceptor wraps and ``_replace``s."""
+    return ("stream_" if handler.request_streaming else "unary_") + ("stream" if handler.response_streaming
+                                                                     else "unary")
+
 class Admission(grpc.ServerInterceptor):
     """A server interceptor that admits each long call into one of ``slots`` slots, or refuses it.
 
@@ -46,8 +53,7 @@ class Admission(grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None or handler_call_details.method in SHORT_METHODS:
             return handler
-        kind = ("stream_" if handler.request_streaming else "unary_") + \
-               ("stream" if handler.response_streaming else "unary")
+        kind = handler_kind(handler)
         wrap = self._streaming if handler.response_streaming else self._unary
         return handler._replace(**{kind: wrap(getattr(handler, kind))})
 

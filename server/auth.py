@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from .admission import handler_kind
 from .errors import ServiceError, short
 
 audit_log = logging.getLogger("sapgrid.audit")
@@ -405,8 +406,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
             else (READER, None)                       # echo (bench) and reflection: any known caller
         request_class = self.request_classes.get(short_name) if field else None
         metadata = details.invocation_metadata
-        kind = ("stream_" if handler.request_streaming else "unary_") + ("stream" if handler.response_streaming
-                                                                       else "unary")
+        kind = handler_kind(handler)
         behavior = getattr(handler, kind)
         check = self._check
 
@@ -491,9 +491,11 @@ class AuditCalls(grpc.ServerInterceptor):
             return handler
         event, field = AUDITED[short_name]
         request_class = self.request_classes[short_name]
-        kind = ("stream_" if handler.request_streaming else "unary_") + "unary"
+        if handler.response_streaming:
+            return handler
+        kind = handler_kind(handler)
         behavior = getattr(handler, kind, None)
-        if behavior is None or handler.response_streaming:
+        if behavior is None:
             return handler
 
         def name_of(raw):

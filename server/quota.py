@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 from . import auth
-from .admission import SHORT_METHODS
+from .admission import SHORT_METHODS, handler_kind
 from .errors import Exhausted, abort
 from .registry import MemoryBudget
 
@@ -130,8 +130,7 @@ class ClientCalls(grpc.ServerInterceptor):
         handler = continuation(details)
         if handler is None or details.method in SHORT_METHODS or details.method == HEALTH_CHECK:
             return handler
-        kind = ("stream_" if handler.request_streaming else "unary_") + ("stream" if handler.response_streaming
-                                                                       else "unary")
+        kind = handler_kind(handler)
         behavior, quotas = getattr(handler, kind), self.quotas
 
         if handler.response_streaming:
@@ -203,8 +202,7 @@ class Watchdog(grpc.ServerInterceptor):
         stall = handler.response_streaming and self.stall_s > 0
         if not (idle or stall):
             return handler
-        kind = ("stream_" if handler.request_streaming else "unary_") + ("stream" if handler.response_streaming
-                                                                       else "unary")
+        kind = handler_kind(handler)
         behavior, method = getattr(handler, kind), details.method
 
         if handler.response_streaming:
