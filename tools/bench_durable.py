@@ -121,12 +121,8 @@ def _fps(client: Client, tr: dict, init, frames, window: int, pid: int | None = 
         timed = frames[3:]
         cpu0 = _cpu_s(pid) if pid else 0.0
         t0 = time.perf_counter()
-        sent = 0
-        for _ in range(len(timed)):
-            while sent < len(timed) and stream.in_flight < window:
-                stream.send_request(timed[sent])
-                sent += 1
-            stream.recv()
+        for _ in bs.pipelined(stream, timed, window):
+            pass
         elapsed = time.perf_counter() - t0
         cpu = (_cpu_s(pid) - cpu0) / len(timed) * 1e3 if pid else 0.0
     finally:
@@ -264,13 +260,10 @@ def recovery_after_kill(tr: dict, init, frames, window: int, kill_after: int, sn
                 stream = client.stream(init.frame.world)
                 stream.send_request(init)
                 stream.recv()
-                sent = 0
-                while answered < kill_after:
-                    while sent < len(frames) and stream.in_flight < window:
-                        stream.send_request(frames[sent])
-                        sent += 1
-                    stream.recv()
+                for _ in bs.pipelined(stream, frames, window):
                     answered += 1
+                    if answered >= kill_after:
+                        break
                 os.kill(proc.pid, signal.SIGKILL)             # frames in flight
                 try:
                     stream.close()

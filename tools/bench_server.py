@@ -159,6 +159,17 @@ def bench_rtt(client: Client, n: int, ticks: int, seed: int, secure: Client | No
             dict(echo_median_ms=_q(echo_ms, 50), echo_p99_ms=_q(echo_ms, 99)))
 
 
+def pipelined(stream, requests, window: int):
+    """Send ready ``requests`` over a frame ``stream`` with at most ``window`` in flight; yield each answer,
+    in order."""
+    sent = 0
+    for _ in range(len(requests)):
+        while sent < len(requests) and stream.in_flight < window:
+            stream.send_request(requests[sent])
+            sent += 1
+        yield stream.recv()
+
+
 def bench_fps(client: Client, n: int, ticks: int, seed: int, window: int) -> dict:
     tr = _trace(n, ticks, seed)
     name = f"bench-fps-{n}"
@@ -173,14 +184,8 @@ def bench_fps(client: Client, n: int, ticks: int, seed: int, window: int) -> dic
             stream.send_request(f)
             stream.recv()
         timed = frames[warm:]
-        engine = []
         t0 = time.perf_counter()
-        sent = 0
-        for _ in range(len(timed)):
-            while sent < len(timed) and stream.in_flight < window:
-                stream.send_request(timed[sent])
-                sent += 1
-            engine.append(stream.recv().stats.total_s)
+        engine = [d.stats.total_s for d in pipelined(stream, timed, window)]
         elapsed = time.perf_counter() - t0
     finally:
         stream.close()
