@@ -217,14 +217,21 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
         registry.recovering = True
     app = App(cfg, server, port, health, registry, metrics, pool, authenticator=authenticator, watchdog=watchdog,
               health_pool=health_pool, certificates=certificates, quotas=quotas, storage=storage)
+
+    def abandon() -> None:
+        """A later start-up step failed: release what was made so far (nothing was started)."""
+        server.stop(0)
+        if app.health_server is not None:
+            app.health_server.stop(0)
+        pool.shutdown(wait=False)
+        health_pool.shutdown()
+        if storage is not None:
+            storage.close()
+
     if cfg.health_listen:
         app.health_server, app.health_port = _health_server(cfg.health_listen, health, health_pool)
         if app.health_port == 0:
-            server.stop(0)
-            pool.shutdown(wait=False)
-            health_pool.shutdown()
-            if storage is not None:
-                storage.close()
+            abandon()
             raise StartupError(f"--health-listen {cfg.health_listen}: cannot listen there (the port is in use, or "
                                f"the address is not this machine's)")
     if cfg.metrics_port >= 0:
@@ -232,11 +239,7 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
             app.metrics_port = metrics.serve_http(cfg.metrics_host, cfg.metrics_port, cfg.metrics_tls_cert,
                                                   cfg.metrics_tls_key)
         except OSError as exc:
-            server.stop(0)
-            pool.shutdown(wait=False)
-            health_pool.shutdown()
-            if storage is not None:
-                storage.close()
+            abandon()
             raise StartupError(f"--metrics-port {cfg.metrics_port} (--metrics-host {cfg.metrics_host}): cannot serve "
                                f"metrics there ({exc.strerror or exc})") from None
     # In a cluster, the default world is created only by the replica the ring gives it to.
