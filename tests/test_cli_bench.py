@@ -2,6 +2,7 @@
 is one line (with what to do), exit code 1, no traceback, and no world left behind."""
 from __future__ import annotations
 
+import os
 import socket
 
 from sapgrid.client import Client
@@ -66,3 +67,25 @@ def test_bad_sizes_name_the_flag(capsys):
     assert cli.main(["bench", "--sizes", "1000,abc", "--ticks", "2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--sizes '1000,abc'" in err, err
+
+
+def test_the_durability_round_trips_take_the_servers_in_turn_on_the_same_frames(make_server, tmp_path):
+    """``--data-dir-compare``'s round trips: every server gets its ticks in blocks, in turn; the worlds (and
+    the durable one's files) go afterwards."""
+    from sapgrid.tools import bench_durable as bd
+
+    servers = dict(memory=make_server(metrics_port=-1), everysec=make_server(metrics_port=-1,
+                                                                             data_dir=str(tmp_path / "d")))
+    clients = {m: Client(s.address, timeout=120) for m, s in servers.items()}
+    try:
+        out = bd.rtt_in_turn(clients, 200, 3, seed=5)
+        for m, r in out.items():
+            assert len(r["ticks"]) == 3 * bd.RTT_BLOCK and len(r["blocks"]) == 3, m
+            assert all(t > 0 for t in r["ticks"])
+        for c in clients.values():
+            assert not [w.name for w in c.list_worlds() if w.name.startswith("bench-")]
+        registry = servers["everysec"].app.registry
+        assert registry.storage is not None and os.listdir(registry.storage.worlds_dir) == ["w-default"]
+    finally:
+        for c in clients.values():
+            c.close()

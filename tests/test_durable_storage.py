@@ -712,3 +712,65 @@ def test_everysec_starts_writeback_between_fsyncs_and_drops_the_synced_pages(tmp
         assert info(stub, "wb").stats.objects == 12000
     finally:
         s.stop()
+
+
+class Reserving(storage_mod.FileOps):
+    """The logs' block reservations, recorded; ``refuse``: they fail with that errno instead."""
+
+    def __init__(self, refuse: int = 0):
+        self.reserved, self.refuse = [], refuse
+
+    def reserve(self, fd, offset, length):
+        self.reserved.append((offset, length))
+        if self.refuse:
+            raise OSError(self.refuse, os.strerror(self.refuse))
+        return storage_mod.reserve(fd, offset, length)
+
+
+def test_a_log_reserves_its_blocks_ahead_and_its_size_stays_its_records(tmp_path, stubs):
+    s = durable(tmp_path)
+    try:
+        ops = Reserving()
+        s.app.storage.io = ops
+        stub = stubs(s.address)
+        create(stub, "ahead", side=80.0)
+        sc = Scene(43)
+        apply(stub, "ahead", 1, "m1", **sc.first())
+        for k in range(2, 12):
+            apply(stub, "ahead", k, "m1", **sc.move())
+        path = _last_log(tmp_path, "ahead")
+        st = os.stat(path)
+        assert ops.reserved and ops.reserved[0][0] == 0
+        assert len(ops.reserved) == 1, ops.reserved           # 1 MiB ahead holds these small records
+        assert ops.reserved[0][1] == storage_mod.RESERVE_MIN
+        assert st.st_size < storage_mod.RESERVE_MIN <= st.st_blocks * 512       # blocks held past the records
+        assert s.app.storage.reserving
+    finally:
+        s.stop()
+    s = durable(tmp_path)                                      # the size is the records': all recovered
+    try:
+        check_world(stubs(s.address), "ahead", sc, 11, {"m1": 11})
+        assert not s.app.recovered.failed
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("refuse", [errno.ENOSPC, errno.EOPNOTSUPP])
+def test_a_reservation_that_fails_leaves_the_frame_to_its_write(tmp_path, stubs, refuse):
+    s = durable(tmp_path)
+    try:
+        ops = Reserving(refuse)
+        s.app.storage.io = ops
+        stub = stubs(s.address)
+        create(stub, "noresv", side=80.0)
+        sc = Scene(44)
+        apply(stub, "noresv", 1, "m1", **sc.first())
+        apply(stub, "noresv", 2, "m1", **sc.move())
+        apply(stub, "noresv", 3, "m1", **sc.move())
+        check_world(stub, "noresv", sc, 3, {"m1": 3})
+        # a full disk is tried again at the next record (a frame's and its answer's); a file system that
+        # cannot reserve, never again
+        assert len(ops.reserved) == (2 * 3 if refuse == errno.ENOSPC else 1)
+        assert s.app.storage.reserving == (refuse == errno.ENOSPC)
+    finally:
+        s.stop()
