@@ -92,18 +92,19 @@ _NOT_SUPPORTED = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 RECOVERY_WORKERS = max(1, min(4, (os.cpu_count() or 1) // 2))
 
 
-def _libc_sync_file_range():
-    """Linux's ``sync_file_range(2)`` (not in the ``os`` module), or None where the C library has none."""
+def _libc(name: str, *argtypes):
+    """The C library's function ``name`` (an int result, errno kept), or None where it has none: Linux calls
+    the ``os`` module does not offer (``sync_file_range(2)``, ``fallocate(2)`` with its mode)."""
     try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.argtypes = list(argtypes)
     fn.restype = ctypes.c_int
     return fn
 
 
-_SYNC_FILE_RANGE = _libc_sync_file_range()
+_SYNC_FILE_RANGE = _libc("sync_file_range", ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
 _SYNC_FILE_RANGE_WRITE = 2                 # <linux/fs.h>: start writeback of the dirty pages, do not wait
 
 
@@ -115,19 +116,8 @@ def start_writeback(fd: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
-def _libc_fallocate():
-    """Linux's ``fallocate(2)`` (``os.posix_fallocate`` cannot keep the file's size), or None where the C library
-    has none."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).fallocate
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_FALLOCATE = _libc_fallocate()
+# fallocate(2) with a mode: os.posix_fallocate cannot keep the size
+_FALLOCATE = _libc("fallocate", ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
 _FALLOC_FL_KEEP_SIZE = 1                   # <linux/falloc.h>: the blocks are reserved, the file's size unchanged
 
 
