@@ -3,10 +3,12 @@
 1. Many worlds: W worlds of N objects, one frame stream each, every object moving a little every
    frame, each stream paced at H frames/s for ``--seconds``; reports frames asked and delivered, round
    trip p50 / p99 (send -> delta, measured by the load generator), the server's CPU per frame and
-   the load generator's own CPU.
-2. Echo baseline: the server's CPU per message of a bare ``EchoService`` stream carrying the same
-   bytes (same pacing), so ``server_cpu_ms_per_frame / echo_cpu_ms_per_frame`` is the service's own
-   cost per frame over gRPC's.
+   the load generator's own CPU. The streams' ticks are spread evenly over one period (stream k of W
+   first sends k / (W * H) s after the start), as independent clients' ticks fall; ``--aligned``
+   sends every stream's frame at the same instants instead (a burst of W frames each tick).
+2. Echo baseline: the same schedule over bare ``EchoService`` streams carrying the same bytes: the
+   transport alone (delivered, p50 / p99) and the server's CPU per message, so
+   ``server_cpu_ms_per_frame / echo_cpu_ms_per_frame`` is the service's own cost per frame over gRPC's.
 3. Heavy neighbour: a world of 100-object frames streams alone at H frames/s (p99 alone), then again
    while a heavy world (``--heavy-objects``, frames sent back to back) streams in the same server;
    reports the small world's p99 with the neighbour / alone.
@@ -45,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heavy-objects", type=int, default=100_000,
                         help="many-worlds mode: the heavy neighbour's objects (0: skip that measure)")
     parser.add_argument("--server-pid", type=int, default=0, help="PID of a server given by address (its CPU)")
+    parser.add_argument("--aligned", action="store_true",
+                        help="many-worlds mode: every stream sends at the same instants (a burst of W frames each "
+                             "tick) instead of at phases spread evenly over the tick")
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -118,18 +123,23 @@ async def _paced_stream(stub, requests: list, hz: float, seconds: float, start: 
     return done
 
 
-async def _echo_stream(stub, payload: bytes, reply: int, hz: float, seconds: float, start: float) -> int:
+async def _echo_stream(stub, payload: bytes, reply: int, hz: float, seconds: float, start: float,
+                       rtts: list) -> int:
+    """The frames' schedule (``_paced_stream``) over the bare EchoService: the transport alone."""
     from sapgrid.client.errors import make_error
 
     call = stub.EchoStream()
-    i = 0
+    request = echo_pb.EchoStreamRequest(payload=payload, reply_bytes=reply)
+    i, end = 0, start + seconds
     try:
-        while start + i / hz < start + seconds:
+        while start + i / hz < end and time.perf_counter() < end:
             delay = start + i / hz - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            await call.write(echo_pb.EchoStreamRequest(payload=payload, reply_bytes=reply))
+            t0 = time.perf_counter()
+            await call.write(request)
             await call.read()
+            rtts.append(time.perf_counter() - t0)
             i += 1
         await call.done_writing()
     except asyncio.InvalidStateError:          # the call ended (e.g. UNIMPLEMENTED: a server without --echo)
@@ -161,23 +171,31 @@ def _drop_worlds(address: str, names: list[str]) -> None:
             c.delete_world(name)
 
 
-async def _many(address: str, frames: dict, hz: float, seconds: float) -> tuple[int, list]:
+def _phases(start: float, streams: int, hz: float, aligned: bool) -> list[float]:
+    """Each stream's first send: all at ``start`` (aligned: a burst of every stream's frame each tick), or
+    spread evenly over one tick, as independent clients' ticks fall (each stream still sends at hz)."""
+    return [start if aligned else start + k / (streams * hz) for k in range(streams)]
+
+
+async def _many(address: str, frames: dict, hz: float, seconds: float, aligned: bool = False) -> tuple[int, list]:
     async with _aio_channel(address) as channel:
         stub = pb_grpc.SapgridServiceStub(channel)
         rtts: list[float] = []
-        start = time.perf_counter() + 0.2
-        done = await asyncio.gather(*(_paced_stream(stub, reqs, hz, seconds, start, rtts) for reqs in frames.values()))
+        starts = _phases(time.perf_counter() + 0.2, len(frames), hz, aligned)
+        done = await asyncio.gather(*(_paced_stream(stub, reqs, hz, seconds, t, rtts)
+                                      for reqs, t in zip(frames.values(), starts)))
     return sum(done), rtts
 
 
-async def _echo(address: str, frames: dict, hz: float, seconds: float) -> int:
+async def _echo(address: str, frames: dict, hz: float, seconds: float, aligned: bool = False) -> tuple[int, list]:
     sample = next(iter(frames.values()))[0]
     payload, reply = sample.SerializeToString(), 120            # a delta of a moving 1k world is ~100 B
     async with _aio_channel(address) as channel:
         stub = echo_grpc.EchoServiceStub(channel)
-        start = time.perf_counter() + 0.2
-        done = await asyncio.gather(*(_echo_stream(stub, payload, reply, hz, seconds, start) for _ in frames))
-    return sum(done)
+        starts = _phases(time.perf_counter() + 0.2, len(frames), hz, aligned)
+        rtts: list[float] = []
+        done = await asyncio.gather(*(_echo_stream(stub, payload, reply, hz, seconds, t, rtts) for t in starts))
+    return sum(done), rtts
 
 
 async def _neighbour(address: str, small: list, heavy: list | None, hz: float, seconds: float) -> list:
@@ -206,18 +224,21 @@ def _measured(pid: int, work):
 
 
 def measure(address: str, pid: int, worlds: int, objects: int, hz: float, seconds: float, heavy_objects: int,
-            seed: int = 1) -> dict:
+            seed: int = 1, aligned: bool = False) -> dict:
     names = [f"bench-w{i:03d}-{os.getpid()}" for i in range(worlds)]
     frames = _setup_worlds(address, names, objects, seed)
     try:
-        (delivered, rtts), server_cpu, gen_cpu = _measured(pid, lambda: asyncio.run(_many(address, frames, hz, seconds)))
-        echoed, echo_cpu, _ = _measured(pid, lambda: asyncio.run(_echo(address, frames, hz, seconds)))
+        (delivered, rtts), server_cpu, gen_cpu = _measured(pid, lambda: asyncio.run(_many(address, frames, hz, seconds,
+                                                                                             aligned)))
+        (echoed, echo_rtts), echo_cpu, _ = _measured(pid, lambda: asyncio.run(_echo(address, frames, hz, seconds,
+                                                                                     aligned)))
     finally:
         _drop_worlds(address, names)
     asked = int(sum(np.ceil(seconds * hz) for _ in names))
-    out = dict(worlds=worlds, objects=objects, hz=hz, seconds=seconds, frames_asked=asked,
+    out = dict(worlds=worlds, objects=objects, hz=hz, seconds=seconds, aligned=aligned, frames_asked=asked,
                frames_delivered=delivered, frames_per_s=delivered / seconds, p50_ms=_ms(rtts, 50),
                p99_ms=_ms(rtts, 99), server_cpu_ms_per_frame=server_cpu * 1e3 / max(delivered, 1),
+               echo_delivered=echoed, echo_p50_ms=_ms(echo_rtts, 50), echo_p99_ms=_ms(echo_rtts, 99),
                echo_cpu_ms_per_frame=echo_cpu * 1e3 / max(echoed, 1),
                generator_cpu_ms_per_frame=gen_cpu * 1e3 / max(delivered, 1))
     if heavy_objects:
@@ -245,9 +266,10 @@ def run(args: argparse.Namespace) -> int:
         address, pid = spawned.address, spawned.proc.pid
     try:
         print(f"sapgrid bench --server {address}: {args.worlds} worlds x {args.objects} objects x {args.hz:g} Hz "
-              f"for {args.seconds:g} s...", flush=True)
+              f"for {args.seconds:g} s, {'aligned' if getattr(args, 'aligned', False) else 'spread'} phases...",
+              flush=True)
         r = measure(address, pid, args.worlds, args.objects, args.hz, args.seconds, args.heavy_objects,
-                    int(getattr(args, "seed", 1) or 1))
+                    int(getattr(args, "seed", 1) or 1), bool(getattr(args, "aligned", False)))
     finally:
         if spawned is not None:
             spawned.stop()
@@ -265,6 +287,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"| frames delivered / asked | {r['frames_delivered']} / {r['frames_asked']} ({fraction:.1%}) | >= 99% "
           f"| {ok(fraction >= TARGETS['delivered_fraction'])} |")
     print(f"| frames/s | {r['frames_per_s']:.0f} | | |")
+    print(f"| the transport alone (EchoService, same schedule and bytes): delivered, p50 / p99 | "
+          f"{r['echo_delivered'] / r['frames_asked']:.1%}, {r['echo_p50_ms']:.2f} / {r['echo_p99_ms']:.2f} ms | | |")
     print(f"| round trip p50 / p99 | {r['p50_ms']:.2f} / {r['p99_ms']:.2f} ms | p99 < 10 ms "
           f"| {ok(r['p99_ms'] < TARGETS['p99_ms'])} |")
     print(f"| server CPU per frame / per echo message | {r['server_cpu_ms_per_frame']:.3f} / "
