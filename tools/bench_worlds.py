@@ -5,7 +5,10 @@
    trip p50 / p99 (send -> delta, measured by the load generator), the server's CPU per frame and
    the load generator's own CPU. The streams' ticks are spread evenly over one period (stream k of W
    first sends k / (W * H) s after the start), as independent clients' ticks fall; ``--aligned``
-   sends every stream's frame at the same instants instead (a burst of W frames each tick).
+   sends every stream's frame at the same instants instead (a burst of W frames each tick). Each
+   stream first opens its call and sends ``WARMUP`` frames, untimed and uncounted (the call's set-up
+   and the server's first work for it: up to ~80 ms for the first frame of 32 streams opened at
+   once); the schedule starts once every stream has.
 2. Echo baseline: the same schedule over bare ``EchoService`` streams carrying the same bytes: the
    transport alone (delivered, p50 / p99) and the server's CPU per message, so
    ``server_cpu_ms_per_frame / echo_cpu_ms_per_frame`` is the service's own cost per frame over gRPC's.
@@ -36,6 +39,7 @@ from sapgrid.v1 import sapgrid_service_pb2 as pb
 from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
 
 CYCLE = 30                         # distinct frames per world; positions return to the start after a cycle
+WARMUP = 3                         # frames (echo messages) a stream sends, untimed, before its schedule starts
 TARGETS = dict(delivered_fraction=0.99, p99_ms=10.0, cpu_ratio=1.5, neighbour_ratio=3.0)
 
 
@@ -96,25 +100,53 @@ def _aio_channel(address: str):
     return open_channel(address, channel_options(), aio=True, **credentials())
 
 
-async def _paced_stream(stub, requests: list, hz: float, seconds: float, start: float, rtts: list) -> int:
-    """Send requests[i % len] at start + i/hz until start + seconds, each answered before the next;
-    return the frames answered. A stream that falls behind its schedule sends at once (no catch-up burst)."""
+class _Start:
+    """The streams' common schedule: each stream opens its call and sends ``WARMUP`` messages first
+    (unpaced, untimed: the call's set-up and the server's first work for it); once every stream has,
+    the schedule starts (``_phases``). Stream k awaits ``at(k)`` for its first send time."""
+
+    def __init__(self, streams: int, hz: float, aligned: bool):
+        self.streams, self.hz, self.aligned = streams, hz, aligned
+        self._waiting = streams
+        self._ready = asyncio.Event()
+        self._starts: list[float] = []
+
+    async def at(self, k: int) -> float:
+        self._waiting -= 1
+        if not self._waiting:
+            self._starts = _phases(time.perf_counter() + 0.05, self.streams, self.hz, self.aligned)
+            self._ready.set()
+        await self._ready.wait()
+        return self._starts[k]
+
+
+async def _paced_stream(stub, requests: list, hz: float, seconds: float, start: _Start, k: int, rtts: list) -> int:
+    """After ``WARMUP`` frames, send requests[(WARMUP + i) % len] at start + i/hz until start + seconds,
+    each answered before the next; return the frames answered in the schedule. A stream that falls
+    behind its schedule sends at once (no catch-up burst)."""
     call = stub.StreamFrames()
+
+    async def one(request):
+        await call.write(request)
+        resp = await call.read()
+        if resp is grpc.aio.EOF or resp.WhichOneof("result") != "delta":
+            raise RuntimeError(f"frame refused: {resp}")
+
     done = 0
     try:
-        i, end = 0, start + seconds
+        for i in range(WARMUP):
+            await one(requests[i % len(requests)])
+        t_start = await start.at(k)
+        i, end = 0, t_start + seconds
         while True:
-            due = start + i / hz
+            due = t_start + i / hz
             if due >= end or time.perf_counter() >= end:
                 break
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             t0 = time.perf_counter()
-            await call.write(requests[i % len(requests)])
-            resp = await call.read()
-            if resp is grpc.aio.EOF or resp.WhichOneof("result") != "delta":
-                raise RuntimeError(f"frame refused: {resp}")
+            await one(requests[(WARMUP + i) % len(requests)])
             rtts.append(time.perf_counter() - t0)
             done += 1
             i += 1
@@ -123,17 +155,22 @@ async def _paced_stream(stub, requests: list, hz: float, seconds: float, start: 
     return done
 
 
-async def _echo_stream(stub, payload: bytes, reply: int, hz: float, seconds: float, start: float,
+async def _echo_stream(stub, payload: bytes, reply: int, hz: float, seconds: float, start: _Start, k: int,
                        rtts: list) -> int:
     """The frames' schedule (``_paced_stream``) over the bare EchoService: the transport alone."""
     from sapgrid.client.errors import make_error
 
     call = stub.EchoStream()
     request = echo_pb.EchoStreamRequest(payload=payload, reply_bytes=reply)
-    i, end = 0, start + seconds
+    i = 0
     try:
-        while start + i / hz < end and time.perf_counter() < end:
-            delay = start + i / hz - time.perf_counter()
+        for _ in range(WARMUP):
+            await call.write(request)
+            await call.read()
+        t_start = await start.at(k)
+        end = t_start + seconds
+        while t_start + i / hz < end and time.perf_counter() < end:
+            delay = t_start + i / hz - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             t0 = time.perf_counter()
@@ -181,9 +218,9 @@ async def _many(address: str, frames: dict, hz: float, seconds: float, aligned: 
     async with _aio_channel(address) as channel:
         stub = pb_grpc.SapgridServiceStub(channel)
         rtts: list[float] = []
-        starts = _phases(time.perf_counter() + 0.2, len(frames), hz, aligned)
-        done = await asyncio.gather(*(_paced_stream(stub, reqs, hz, seconds, t, rtts)
-                                      for reqs, t in zip(frames.values(), starts)))
+        start = _Start(len(frames), hz, aligned)
+        done = await asyncio.gather(*(_paced_stream(stub, reqs, hz, seconds, start, k, rtts)
+                                      for k, reqs in enumerate(frames.values())))
     return sum(done), rtts
 
 
@@ -192,9 +229,10 @@ async def _echo(address: str, frames: dict, hz: float, seconds: float, aligned: 
     payload, reply = sample.SerializeToString(), 120            # a delta of a moving 1k world is ~100 B
     async with _aio_channel(address) as channel:
         stub = echo_grpc.EchoServiceStub(channel)
-        starts = _phases(time.perf_counter() + 0.2, len(frames), hz, aligned)
+        start = _Start(len(frames), hz, aligned)
         rtts: list[float] = []
-        done = await asyncio.gather(*(_echo_stream(stub, payload, reply, hz, seconds, t, rtts) for t in starts))
+        done = await asyncio.gather(*(_echo_stream(stub, payload, reply, hz, seconds, start, k, rtts)
+                                      for k in range(len(frames))))
     return sum(done), rtts
 
 
@@ -203,10 +241,10 @@ async def _neighbour(address: str, small: list, heavy: list | None, hz: float, s
     async with _aio_channel(address) as channel:
         stub = pb_grpc.SapgridServiceStub(channel)
         rtts: list[float] = []
-        start = time.perf_counter() + 0.2
-        tasks = [_paced_stream(stub, small, hz, seconds, start, rtts)]
+        start = _Start(1 if heavy is None else 2, hz, aligned=True)
+        tasks = [_paced_stream(stub, small, hz, seconds, start, 0, rtts)]
         if heavy is not None:
-            tasks.append(_paced_stream(stub, heavy, 1e6, seconds, start, []))
+            tasks.append(_paced_stream(stub, heavy, 1e6, seconds, start, 1, []))
         await asyncio.gather(*tasks)
     return rtts
 
