@@ -162,7 +162,8 @@ def main(argv=None) -> int:
                 out = dict(round=r + 1, server=kind, **measure_one(*servers[kind], args.streams, args.bytes,
                                                                    args.hz, args.seconds, args.aligned))
                 runs.append(out)
-                print(f"| {r + 1} | {kind} | {out['delivered']} / {out['asked']} ({out['delivered'] / out['asked']:.1%}) "
+                share = out['delivered'] / out['asked']
+                print(f"| {r + 1} | {kind} | {out['delivered']} / {out['asked']} ({share:.1%}) "
                       f"| {out['p50_ms']:.2f} / {out['p99_ms']:.2f} | {out['server_cpu_ms']:.3f} "
                       f"| {out['generator_cpu_ms']:.3f} |", flush=True)
     finally:
