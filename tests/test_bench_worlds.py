@@ -50,7 +50,30 @@ def test_the_json_reports_the_frames_and_the_transport_alone(make_server, capsys
     assert 0 < r["frames_delivered"] <= 30 and 0 < r["echo_delivered"] <= 30, r
     assert 0 < r["p50_ms"] <= r["p99_ms"] and 0 < r["echo_p50_ms"] <= r["echo_p99_ms"], r
     assert r["server_cpu_ms_per_frame"] > 0 and r["echo_cpu_ms_per_frame"] > 0, r
+    assert r["others_cores"] >= 0 and r["echo_others_cores"] >= 0 and r["cores"] == os.cpu_count(), r
+    assert "| other processes' CPU during each measure (cores of " in out
     assert ("aligned phases" if aligned else "spread phases") in out
     assert "| the transport alone (EchoService, same schedule and bytes)" in out
     with Client(server.address, timeout=60) as c:          # the warm-up frames went to the bench's own worlds
         assert not [w.name for w in c.list_worlds() if w.name.startswith("bench-")]
+
+
+def test_the_cpu_of_the_server_and_of_other_processes_is_told_apart():
+    """A spinning 'server' is the server's CPU; a second spinning process is the others' (cores)."""
+    import subprocess
+    import sys
+    import time
+
+    spin = [sys.executable, "-c", "while True: pass"]
+    server, other = subprocess.Popen(spin), subprocess.Popen(spin)
+    try:
+        time.sleep(0.3)
+        _, server_cpu, gen_cpu, others = bench_worlds._measured(server.pid, lambda: time.sleep(1.5))
+    finally:
+        for p in (server, other):
+            p.kill()
+            p.wait()
+    assert server_cpu > 0.3 and gen_cpu < 0.2, (server_cpu, gen_cpu)
+    assert others > 0.3, others
+    _, server_cpu, _, others = bench_worlds._measured(0, lambda: None)     # no PID: nothing to tell apart
+    assert server_cpu != server_cpu and others != others                   # NaN

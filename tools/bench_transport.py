@@ -12,7 +12,8 @@ size), through two echo servers measured in turns on the same machine:
 For each: messages delivered of those asked (a stream that falls behind its schedule sends at once
 and stops at the end), round trip p50 / p99, server CPU per message and the load generator's CPU per
 message (one asyncio loop with ``grpc.aio``, ``sapgrid.tools.bench_worlds``'s echo streams, each
-sending its warm-up messages before the schedule starts). This is
+sending its warm-up messages before the schedule starts), and the cores the machine's other processes
+used meanwhile. This is
 the floor under ``sapgrid bench --server spawn --worlds W``: a frame cannot cost less than its echo.
 """
 from __future__ import annotations
@@ -23,12 +24,11 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import grpc
 import numpy as np
 
-from sapgrid.tools.bench_worlds import _cpu_seconds, _echo_stream, _ms, _Start
+from sapgrid.tools.bench_worlds import _echo_stream, _measured, _ms, _Start
 from sapgrid.v1 import echo_service_pb2 as echo_pb
 from sapgrid.v1 import echo_service_pb2_grpc as echo_grpc
 
@@ -111,12 +111,12 @@ async def _streams(address: str, streams: int, size: int, hz: float, seconds: fl
 
 def measure_one(address: str, pid: int, streams: int, size: int, hz: float, seconds: float, aligned: bool) -> dict:
     """One run of the paced echo streams against one server: delivered, p50 / p99, CPU per message."""
-    s0, g0 = _cpu_seconds(pid), time.process_time()
-    delivered, rtts = asyncio.run(_streams(address, streams, size, hz, seconds, aligned))
-    server_cpu, gen_cpu = _cpu_seconds(pid) - s0, time.process_time() - g0
+    (delivered, rtts), server_cpu, gen_cpu, others = _measured(
+        pid, lambda: asyncio.run(_streams(address, streams, size, hz, seconds, aligned)))
     asked = int(streams * np.ceil(seconds * hz))
     return dict(asked=asked, delivered=delivered, p50_ms=_ms(rtts, 50), p99_ms=_ms(rtts, 99),
-                server_cpu_ms=server_cpu * 1e3 / max(delivered, 1), generator_cpu_ms=gen_cpu * 1e3 / max(delivered, 1))
+                server_cpu_ms=server_cpu * 1e3 / max(delivered, 1), generator_cpu_ms=gen_cpu * 1e3 / max(delivered, 1),
+                others_cores=others)
 
 
 def main(argv=None) -> int:
@@ -154,8 +154,9 @@ def main(argv=None) -> int:
     runs = []
     print(f"bench_transport: {args.streams} streams x {args.bytes} B x {args.hz:g} Hz for {args.seconds:g} s, "
           f"{'aligned' if args.aligned else 'spread'} phases, {args.rounds} rounds", flush=True)
-    print("| round | server | delivered / asked | p50 / p99 ms | server CPU ms/msg | generator CPU ms/msg |")
-    print("|---:|---|---:|---:|---:|---:|")
+    print("| round | server | delivered / asked | p50 / p99 ms | server CPU ms/msg | generator CPU ms/msg "
+          "| other processes' cores |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
     try:
         for r in range(args.rounds):
             for kind in (KINDS if r % 2 == 0 else KINDS[::-1]):       # who goes first alternates
@@ -165,7 +166,7 @@ def main(argv=None) -> int:
                 share = out['delivered'] / out['asked']
                 print(f"| {r + 1} | {kind} | {out['delivered']} / {out['asked']} ({share:.1%}) "
                       f"| {out['p50_ms']:.2f} / {out['p99_ms']:.2f} | {out['server_cpu_ms']:.3f} "
-                      f"| {out['generator_cpu_ms']:.3f} |", flush=True)
+                      f"| {out['generator_cpu_ms']:.3f} | {out['others_cores']:.2f} |", flush=True)
     finally:
         aio.stop()
         sync.stop()

@@ -253,12 +253,25 @@ def _ms(rtts: list, q: float) -> float:
     return float(np.percentile(np.asarray(rtts) * 1e3, q)) if rtts else float("nan")
 
 
+def _busy_seconds() -> float:
+    """CPU seconds this machine's processes have run, all of them (Linux /proc/stat: user, nice, system,
+    irq, softirq, and steal: what the hypervisor gave to other machines), in clock ticks of 10 ms."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def _measured(pid: int, work):
-    """(result of work(), server CPU seconds, this process's CPU seconds)."""
+    """(result of work(), server CPU seconds, this process's CPU seconds, the cores every other process of
+    the machine used meanwhile on average: the load the measure shared the machine with). Without the
+    server's PID, the server's CPU and the others' cores are NaN."""
     s0 = _cpu_seconds(pid) if pid else float("nan")
-    g0 = time.process_time()
+    g0, b0, w0 = time.process_time(), _busy_seconds(), time.perf_counter()
     out = work()
-    return out, (_cpu_seconds(pid) if pid else float("nan")) - s0, time.process_time() - g0
+    server = (_cpu_seconds(pid) if pid else float("nan")) - s0
+    gen = time.process_time() - g0
+    others = (_busy_seconds() - b0 - server - gen) / (time.perf_counter() - w0)
+    return out, server, gen, max(others, 0.0) if pid else float("nan")
 
 
 def measure(address: str, pid: int, worlds: int, objects: int, hz: float, seconds: float, heavy_objects: int,
@@ -266,10 +279,10 @@ def measure(address: str, pid: int, worlds: int, objects: int, hz: float, second
     names = [f"bench-w{i:03d}-{os.getpid()}" for i in range(worlds)]
     frames = _setup_worlds(address, names, objects, seed)
     try:
-        (delivered, rtts), server_cpu, gen_cpu = _measured(pid, lambda: asyncio.run(_many(address, frames, hz, seconds,
-                                                                                             aligned)))
-        (echoed, echo_rtts), echo_cpu, _ = _measured(pid, lambda: asyncio.run(_echo(address, frames, hz, seconds,
-                                                                                     aligned)))
+        (delivered, rtts), server_cpu, gen_cpu, others = _measured(
+            pid, lambda: asyncio.run(_many(address, frames, hz, seconds, aligned)))
+        (echoed, echo_rtts), echo_cpu, _, echo_others = _measured(
+            pid, lambda: asyncio.run(_echo(address, frames, hz, seconds, aligned)))
     finally:
         _drop_worlds(address, names)
     asked = int(sum(np.ceil(seconds * hz) for _ in names))
@@ -278,18 +291,21 @@ def measure(address: str, pid: int, worlds: int, objects: int, hz: float, second
                p99_ms=_ms(rtts, 99), server_cpu_ms_per_frame=server_cpu * 1e3 / max(delivered, 1),
                echo_delivered=echoed, echo_p50_ms=_ms(echo_rtts, 50), echo_p99_ms=_ms(echo_rtts, 99),
                echo_cpu_ms_per_frame=echo_cpu * 1e3 / max(echoed, 1),
-               generator_cpu_ms_per_frame=gen_cpu * 1e3 / max(delivered, 1))
+               generator_cpu_ms_per_frame=gen_cpu * 1e3 / max(delivered, 1), others_cores=others,
+               echo_others_cores=echo_others, cores=os.cpu_count())
     if heavy_objects:
         small, heavy = f"bench-small-{os.getpid()}", f"bench-heavy-{os.getpid()}"
         frames = _setup_worlds(address, [small], 100, seed + 1)
         frames.update(_setup_worlds(address, [heavy], heavy_objects, seed + 2))
         try:
-            alone = asyncio.run(_neighbour(address, frames[small], None, hz, seconds))
-            beside = asyncio.run(_neighbour(address, frames[small], frames[heavy], hz, seconds))
+            alone, _, _, alone_others = _measured(pid, lambda: asyncio.run(_neighbour(address, frames[small], None,
+                                                                                     hz, seconds)))
+            beside, _, _, beside_others = _measured(pid, lambda: asyncio.run(_neighbour(address, frames[small],
+                                                                                       frames[heavy], hz, seconds)))
         finally:
             _drop_worlds(address, [small, heavy])
         out.update(small_p99_alone_ms=_ms(alone, 99), small_p99_with_heavy_ms=_ms(beside, 99),
-                   heavy_objects=heavy_objects)
+                   heavy_objects=heavy_objects, alone_others_cores=alone_others, beside_others_cores=beside_others)
     return out
 
 
@@ -338,6 +354,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"| 100-object world p99 alone / beside a {r['heavy_objects']}-object world | "
               f"{r['small_p99_alone_ms']:.2f} / {r['small_p99_with_heavy_ms']:.2f} ms ({ratio:.2f}x) | <= 3x "
               f"| {ok(ratio <= TARGETS['neighbour_ratio'])} |")
+    if pid:
+        during = f"frames {r['others_cores']:.2f}, echo {r['echo_others_cores']:.2f}"
+        if "small_p99_alone_ms" in r:
+            during += f", alone {r['alone_others_cores']:.2f}, beside {r['beside_others_cores']:.2f}"
+        print(f"| other processes' CPU during each measure (cores of {r['cores']}) | {during} | | |")
     if getattr(args, "json", False):
         print(json.dumps(dict(bench="sapgrid-worlds", **r)))
     return 0
