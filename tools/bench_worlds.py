@@ -3,10 +3,15 @@
 1. Many worlds: W worlds of N objects, one frame stream each, every object moving a little every
    frame, each stream paced at H frames/s for ``--seconds``; reports frames asked and delivered, round
    trip p50 / p99 (send -> delta, measured by the load generator), the server's CPU per frame and
-   the load generator's own CPU.
-2. Echo baseline: the server's CPU per message of a bare ``EchoService`` stream carrying the same
-   bytes (same pacing), so ``server_cpu_ms_per_frame / echo_cpu_ms_per_frame`` is the service's own
-   cost per frame over gRPC's.
+   the load generator's own CPU. The streams' ticks are spread evenly over one period (stream k of W
+   first sends k / (W * H) s after the start), as independent clients' ticks fall; ``--aligned``
+   sends every stream's frame at the same instants instead (a burst of W frames each tick). Each
+   stream first opens its call and sends ``WARMUP`` frames, untimed and uncounted (the call's set-up
+   and the server's first work for it: up to ~80 ms for the first frame of 32 streams opened at
+   once); the schedule starts once every stream has.
+2. Echo baseline: the same schedule over bare ``EchoService`` streams carrying the same bytes: the
+   transport alone (delivered, p50 / p99) and the server's CPU per message, so
+   ``server_cpu_ms_per_frame / echo_cpu_ms_per_frame`` is the service's own cost per frame over gRPC's.
 3. Heavy neighbour: a world of 100-object frames streams alone at H frames/s (p99 alone), then again
    while a heavy world (``--heavy-objects``, frames sent back to back) streams in the same server;
    reports the small world's p99 with the neighbour / alone.
@@ -34,6 +39,7 @@ from sapgrid.v1 import sapgrid_service_pb2 as pb
 from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
 
 CYCLE = 30                         # distinct frames per world; positions return to the start after a cycle
+WARMUP = 3                         # frames (echo messages) a stream sends, untimed, before its schedule starts
 TARGETS = dict(delivered_fraction=0.99, p99_ms=10.0, cpu_ratio=1.5, neighbour_ratio=3.0)
 
 
@@ -45,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heavy-objects", type=int, default=100_000,
                         help="many-worlds mode: the heavy neighbour's objects (0: skip that measure)")
     parser.add_argument("--server-pid", type=int, default=0, help="PID of a server given by address (its CPU)")
+    parser.add_argument("--aligned", action="store_true",
+                        help="many-worlds mode: every stream sends at the same instants (a burst of W frames each "
+                             "tick) instead of at phases spread evenly over the tick")
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -91,25 +100,53 @@ def _aio_channel(address: str):
     return open_channel(address, channel_options(), aio=True, **credentials())
 
 
-async def _paced_stream(stub, requests: list, hz: float, seconds: float, start: float, rtts: list) -> int:
-    """Send requests[i % len] at start + i/hz until start + seconds, each answered before the next;
-    return the frames answered. A stream that falls behind its schedule sends at once (no catch-up burst)."""
+class _Start:
+    """The streams' common schedule: each stream opens its call and sends ``WARMUP`` messages first
+    (unpaced, untimed: the call's set-up and the server's first work for it); once every stream has,
+    the schedule starts (``_phases``). Stream k awaits ``at(k)`` for its first send time."""
+
+    def __init__(self, streams: int, hz: float, aligned: bool):
+        self.streams, self.hz, self.aligned = streams, hz, aligned
+        self._waiting = streams
+        self._ready = asyncio.Event()
+        self._starts: list[float] = []
+
+    async def at(self, k: int) -> float:
+        self._waiting -= 1
+        if not self._waiting:
+            self._starts = _phases(time.perf_counter() + 0.05, self.streams, self.hz, self.aligned)
+            self._ready.set()
+        await self._ready.wait()
+        return self._starts[k]
+
+
+async def _paced_stream(stub, requests: list, hz: float, seconds: float, start: _Start, k: int, rtts: list) -> int:
+    """After ``WARMUP`` frames, send requests[(WARMUP + i) % len] at start + i/hz until start + seconds,
+    each answered before the next; return the frames answered in the schedule. A stream that falls
+    behind its schedule sends at once (no catch-up burst)."""
     call = stub.StreamFrames()
+
+    async def one(request):
+        await call.write(request)
+        resp = await call.read()
+        if resp is grpc.aio.EOF or resp.WhichOneof("result") != "delta":
+            raise RuntimeError(f"frame refused: {resp}")
+
     done = 0
     try:
-        i, end = 0, start + seconds
+        for i in range(WARMUP):
+            await one(requests[i % len(requests)])
+        t_start = await start.at(k)
+        i, end = 0, t_start + seconds
         while True:
-            due = start + i / hz
+            due = t_start + i / hz
             if due >= end or time.perf_counter() >= end:
                 break
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             t0 = time.perf_counter()
-            await call.write(requests[i % len(requests)])
-            resp = await call.read()
-            if resp is grpc.aio.EOF or resp.WhichOneof("result") != "delta":
-                raise RuntimeError(f"frame refused: {resp}")
+            await one(requests[(WARMUP + i) % len(requests)])
             rtts.append(time.perf_counter() - t0)
             done += 1
             i += 1
@@ -118,18 +155,28 @@ async def _paced_stream(stub, requests: list, hz: float, seconds: float, start: 
     return done
 
 
-async def _echo_stream(stub, payload: bytes, reply: int, hz: float, seconds: float, start: float) -> int:
+async def _echo_stream(stub, payload: bytes, reply: int, hz: float, seconds: float, start: _Start, k: int,
+                       rtts: list) -> int:
+    """The frames' schedule (``_paced_stream``) over the bare EchoService: the transport alone."""
     from sapgrid.client.errors import make_error
 
     call = stub.EchoStream()
+    request = echo_pb.EchoStreamRequest(payload=payload, reply_bytes=reply)
     i = 0
     try:
-        while start + i / hz < start + seconds:
-            delay = start + i / hz - time.perf_counter()
+        for _ in range(WARMUP):
+            await call.write(request)
+            await call.read()
+        t_start = await start.at(k)
+        end = t_start + seconds
+        while t_start + i / hz < end and time.perf_counter() < end:
+            delay = t_start + i / hz - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            await call.write(echo_pb.EchoStreamRequest(payload=payload, reply_bytes=reply))
+            t0 = time.perf_counter()
+            await call.write(request)
             await call.read()
+            rtts.append(time.perf_counter() - t0)
             i += 1
         await call.done_writing()
     except asyncio.InvalidStateError:          # the call ended (e.g. UNIMPLEMENTED: a server without --echo)
@@ -161,23 +208,32 @@ def _drop_worlds(address: str, names: list[str]) -> None:
             c.delete_world(name)
 
 
-async def _many(address: str, frames: dict, hz: float, seconds: float) -> tuple[int, list]:
+def _phases(start: float, streams: int, hz: float, aligned: bool) -> list[float]:
+    """Each stream's first send: all at ``start`` (aligned: a burst of every stream's frame each tick), or
+    spread evenly over one tick, as independent clients' ticks fall (each stream still sends at hz)."""
+    return [start if aligned else start + k / (streams * hz) for k in range(streams)]
+
+
+async def _many(address: str, frames: dict, hz: float, seconds: float, aligned: bool = False) -> tuple[int, list]:
     async with _aio_channel(address) as channel:
         stub = pb_grpc.SapgridServiceStub(channel)
         rtts: list[float] = []
-        start = time.perf_counter() + 0.2
-        done = await asyncio.gather(*(_paced_stream(stub, reqs, hz, seconds, start, rtts) for reqs in frames.values()))
+        start = _Start(len(frames), hz, aligned)
+        done = await asyncio.gather(*(_paced_stream(stub, reqs, hz, seconds, start, k, rtts)
+                                      for k, reqs in enumerate(frames.values())))
     return sum(done), rtts
 
 
-async def _echo(address: str, frames: dict, hz: float, seconds: float) -> int:
+async def _echo(address: str, frames: dict, hz: float, seconds: float, aligned: bool = False) -> tuple[int, list]:
     sample = next(iter(frames.values()))[0]
     payload, reply = sample.SerializeToString(), 120            # a delta of a moving 1k world is ~100 B
     async with _aio_channel(address) as channel:
         stub = echo_grpc.EchoServiceStub(channel)
-        start = time.perf_counter() + 0.2
-        done = await asyncio.gather(*(_echo_stream(stub, payload, reply, hz, seconds, start) for _ in frames))
-    return sum(done)
+        start = _Start(len(frames), hz, aligned)
+        rtts: list[float] = []
+        done = await asyncio.gather(*(_echo_stream(stub, payload, reply, hz, seconds, start, k, rtts)
+                                      for k in range(len(frames))))
+    return sum(done), rtts
 
 
 async def _neighbour(address: str, small: list, heavy: list | None, hz: float, seconds: float) -> list:
@@ -185,10 +241,10 @@ async def _neighbour(address: str, small: list, heavy: list | None, hz: float, s
     async with _aio_channel(address) as channel:
         stub = pb_grpc.SapgridServiceStub(channel)
         rtts: list[float] = []
-        start = time.perf_counter() + 0.2
-        tasks = [_paced_stream(stub, small, hz, seconds, start, rtts)]
+        start = _Start(1 if heavy is None else 2, hz, aligned=True)
+        tasks = [_paced_stream(stub, small, hz, seconds, start, 0, rtts)]
         if heavy is not None:
-            tasks.append(_paced_stream(stub, heavy, 1e6, seconds, start, []))
+            tasks.append(_paced_stream(stub, heavy, 1e6, seconds, start, 1, []))
         await asyncio.gather(*tasks)
     return rtts
 
@@ -197,40 +253,59 @@ def _ms(rtts: list, q: float) -> float:
     return float(np.percentile(np.asarray(rtts) * 1e3, q)) if rtts else float("nan")
 
 
+def _busy_seconds() -> float:
+    """CPU seconds this machine's processes have run, all of them (Linux /proc/stat: user, nice, system,
+    irq, softirq, and steal: what the hypervisor gave to other machines), in clock ticks of 10 ms."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def _measured(pid: int, work):
-    """(result of work(), server CPU seconds, this process's CPU seconds)."""
+    """(result of work(), server CPU seconds, this process's CPU seconds, the cores every other process of
+    the machine used meanwhile on average: the load the measure shared the machine with). Without the
+    server's PID, the server's CPU and the others' cores are NaN."""
     s0 = _cpu_seconds(pid) if pid else float("nan")
-    g0 = time.process_time()
+    g0, b0, w0 = time.process_time(), _busy_seconds(), time.perf_counter()
     out = work()
-    return out, (_cpu_seconds(pid) if pid else float("nan")) - s0, time.process_time() - g0
+    server = (_cpu_seconds(pid) if pid else float("nan")) - s0
+    gen = time.process_time() - g0
+    others = (_busy_seconds() - b0 - server - gen) / (time.perf_counter() - w0)
+    return out, server, gen, max(others, 0.0) if pid else float("nan")
 
 
 def measure(address: str, pid: int, worlds: int, objects: int, hz: float, seconds: float, heavy_objects: int,
-            seed: int = 1) -> dict:
+            seed: int = 1, aligned: bool = False) -> dict:
     names = [f"bench-w{i:03d}-{os.getpid()}" for i in range(worlds)]
     frames = _setup_worlds(address, names, objects, seed)
     try:
-        (delivered, rtts), server_cpu, gen_cpu = _measured(pid, lambda: asyncio.run(_many(address, frames, hz, seconds)))
-        echoed, echo_cpu, _ = _measured(pid, lambda: asyncio.run(_echo(address, frames, hz, seconds)))
+        (delivered, rtts), server_cpu, gen_cpu, others = _measured(
+            pid, lambda: asyncio.run(_many(address, frames, hz, seconds, aligned)))
+        (echoed, echo_rtts), echo_cpu, _, echo_others = _measured(
+            pid, lambda: asyncio.run(_echo(address, frames, hz, seconds, aligned)))
     finally:
         _drop_worlds(address, names)
     asked = int(sum(np.ceil(seconds * hz) for _ in names))
-    out = dict(worlds=worlds, objects=objects, hz=hz, seconds=seconds, frames_asked=asked,
+    out = dict(worlds=worlds, objects=objects, hz=hz, seconds=seconds, aligned=aligned, frames_asked=asked,
                frames_delivered=delivered, frames_per_s=delivered / seconds, p50_ms=_ms(rtts, 50),
                p99_ms=_ms(rtts, 99), server_cpu_ms_per_frame=server_cpu * 1e3 / max(delivered, 1),
+               echo_delivered=echoed, echo_p50_ms=_ms(echo_rtts, 50), echo_p99_ms=_ms(echo_rtts, 99),
                echo_cpu_ms_per_frame=echo_cpu * 1e3 / max(echoed, 1),
-               generator_cpu_ms_per_frame=gen_cpu * 1e3 / max(delivered, 1))
+               generator_cpu_ms_per_frame=gen_cpu * 1e3 / max(delivered, 1), others_cores=others,
+               echo_others_cores=echo_others, cores=os.cpu_count())
     if heavy_objects:
         small, heavy = f"bench-small-{os.getpid()}", f"bench-heavy-{os.getpid()}"
         frames = _setup_worlds(address, [small], 100, seed + 1)
         frames.update(_setup_worlds(address, [heavy], heavy_objects, seed + 2))
         try:
-            alone = asyncio.run(_neighbour(address, frames[small], None, hz, seconds))
-            beside = asyncio.run(_neighbour(address, frames[small], frames[heavy], hz, seconds))
+            alone, _, _, alone_others = _measured(pid, lambda: asyncio.run(_neighbour(address, frames[small], None,
+                                                                                     hz, seconds)))
+            beside, _, _, beside_others = _measured(pid, lambda: asyncio.run(_neighbour(address, frames[small],
+                                                                                       frames[heavy], hz, seconds)))
         finally:
             _drop_worlds(address, [small, heavy])
         out.update(small_p99_alone_ms=_ms(alone, 99), small_p99_with_heavy_ms=_ms(beside, 99),
-                   heavy_objects=heavy_objects)
+                   heavy_objects=heavy_objects, alone_others_cores=alone_others, beside_others_cores=beside_others)
     return out
 
 
@@ -245,9 +320,10 @@ def run(args: argparse.Namespace) -> int:
         address, pid = spawned.address, spawned.proc.pid
     try:
         print(f"sapgrid bench --server {address}: {args.worlds} worlds x {args.objects} objects x {args.hz:g} Hz "
-              f"for {args.seconds:g} s...", flush=True)
+              f"for {args.seconds:g} s, {'aligned' if getattr(args, 'aligned', False) else 'spread'} phases...",
+              flush=True)
         r = measure(address, pid, args.worlds, args.objects, args.hz, args.seconds, args.heavy_objects,
-                    int(getattr(args, "seed", 1) or 1))
+                    int(getattr(args, "seed", 1) or 1), bool(getattr(args, "aligned", False)))
     finally:
         if spawned is not None:
             spawned.stop()
@@ -265,6 +341,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"| frames delivered / asked | {r['frames_delivered']} / {r['frames_asked']} ({fraction:.1%}) | >= 99% "
           f"| {ok(fraction >= TARGETS['delivered_fraction'])} |")
     print(f"| frames/s | {r['frames_per_s']:.0f} | | |")
+    print(f"| the transport alone (EchoService, same schedule and bytes): delivered, p50 / p99 | "
+          f"{r['echo_delivered'] / r['frames_asked']:.1%}, {r['echo_p50_ms']:.2f} / {r['echo_p99_ms']:.2f} ms | | |")
     print(f"| round trip p50 / p99 | {r['p50_ms']:.2f} / {r['p99_ms']:.2f} ms | p99 < 10 ms "
           f"| {ok(r['p99_ms'] < TARGETS['p99_ms'])} |")
     print(f"| server CPU per frame / per echo message | {r['server_cpu_ms_per_frame']:.3f} / "
@@ -276,6 +354,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"| 100-object world p99 alone / beside a {r['heavy_objects']}-object world | "
               f"{r['small_p99_alone_ms']:.2f} / {r['small_p99_with_heavy_ms']:.2f} ms ({ratio:.2f}x) | <= 3x "
               f"| {ok(ratio <= TARGETS['neighbour_ratio'])} |")
+    if pid:
+        during = f"frames {r['others_cores']:.2f}, echo {r['echo_others_cores']:.2f}"
+        if "small_p99_alone_ms" in r:
+            during += f", alone {r['alone_others_cores']:.2f}, beside {r['beside_others_cores']:.2f}"
+        print(f"| other processes' CPU during each measure (cores of {r['cores']}) | {during} | | |")
     if getattr(args, "json", False):
         print(json.dumps(dict(bench="sapgrid-worlds", **r)))
     return 0

@@ -1,0 +1,79 @@
+"""``sapgrid bench --worlds``: the streams' schedule (spread or aligned ticks, warm-up before the start)
+and the figures it reports, against a server in this process."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import pytest
+
+from sapgrid.client import Client
+from sapgrid.tools import bench_worlds, cli
+
+
+def test_spread_ticks_divide_one_period_and_aligned_ones_coincide():
+    assert bench_worlds._phases(10.0, 4, 20.0, aligned=True) == [10.0] * 4
+    spread = bench_worlds._phases(10.0, 4, 20.0, aligned=False)
+    assert spread == pytest.approx([10.0, 10.0125, 10.025, 10.0375])
+
+
+def test_the_schedule_starts_once_every_stream_is_warmed_up():
+    async def scenario():
+        start = bench_worlds._Start(3, 10.0, aligned=False)
+        order = []
+
+        async def stream(k, warm_up_s):
+            await asyncio.sleep(warm_up_s)
+            order.append(("ready", k))
+            t = await start.at(k)
+            order.append(("start", k))
+            return t
+
+        times = await asyncio.gather(stream(0, 0.0), stream(1, 0.05), stream(2, 0.01))
+        return order, times
+
+    order, times = asyncio.run(scenario())
+    assert [e for e, _ in order[:3]] == ["ready"] * 3 and [e for e, _ in order[3:]] == ["start"] * 3
+    assert times[1] - times[0] == pytest.approx(1 / 30) and times[2] - times[0] == pytest.approx(2 / 30)
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+def test_the_json_reports_the_frames_and_the_transport_alone(make_server, capsys, aligned):
+    server = make_server(echo=True, metrics_port=-1)
+    argv = ["bench", "--server", server.address, "--server-pid", str(os.getpid()), "--worlds", "3", "--objects",
+            "50", "--hz", "10", "--seconds", "1", "--heavy-objects", "0", "--json"] + (["--aligned"] if aligned else [])
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["aligned"] is aligned and r["frames_asked"] == 30
+    assert 0 < r["frames_delivered"] <= 30 and 0 < r["echo_delivered"] <= 30, r
+    assert 0 < r["p50_ms"] <= r["p99_ms"] and 0 < r["echo_p50_ms"] <= r["echo_p99_ms"], r
+    assert r["server_cpu_ms_per_frame"] > 0 and r["echo_cpu_ms_per_frame"] > 0, r
+    assert r["others_cores"] >= 0 and r["echo_others_cores"] >= 0 and r["cores"] == os.cpu_count(), r
+    assert "| other processes' CPU during each measure (cores of " in out
+    assert ("aligned phases" if aligned else "spread phases") in out
+    assert "| the transport alone (EchoService, same schedule and bytes)" in out
+    with Client(server.address, timeout=60) as c:          # the warm-up frames went to the bench's own worlds
+        assert not [w.name for w in c.list_worlds() if w.name.startswith("bench-")]
+
+
+def test_the_cpu_of_the_server_and_of_other_processes_is_told_apart():
+    """A spinning 'server' is the server's CPU; a second spinning process is the others' (cores)."""
+    import subprocess
+    import sys
+    import time
+
+    spin = [sys.executable, "-c", "while True: pass"]
+    server, other = subprocess.Popen(spin), subprocess.Popen(spin)
+    try:
+        time.sleep(0.3)
+        _, server_cpu, gen_cpu, others = bench_worlds._measured(server.pid, lambda: time.sleep(1.5))
+    finally:
+        for p in (server, other):
+            p.kill()
+            p.wait()
+    assert server_cpu > 0.3 and gen_cpu < 0.2, (server_cpu, gen_cpu)
+    assert others > 0.3, others
+    _, server_cpu, _, others = bench_worlds._measured(0, lambda: None)     # no PID: nothing to tell apart
+    assert server_cpu != server_cpu and others != others                   # NaN
