@@ -420,14 +420,17 @@ def test_serial_frame_falls_back_to_the_general_phases_where_it_must(monkeypatch
     from sapcore.kernels import frame as kframe
 
     seen = {kframe.PAIRS_OVERFLOW: 0, kframe.PAIRS_NET: 0, kframe.PAIRS_MERGE: 0, kframe.PAIRS_DONE: 0}
-    real = kframe.frame_pairs
+    listed = {}      # frame_listed's statuses: the same four, and where it stops before them
 
-    def counted(*args):
-        out = real(*args)
-        seen[out[0]] += 1
-        return out
+    def counted(real, into):
+        def call(*args):
+            out = real(*args)
+            into[out[0]] = into.get(out[0], 0) + 1
+            return out
+        return call
 
-    monkeypatch.setattr(world_mod.kframe, "frame_pairs", counted)
+    monkeypatch.setattr(world_mod.kframe, "frame_pairs", counted(kframe.frame_pairs, seen))
+    monkeypatch.setattr(world_mod.kframe, "frame_listed", counted(kframe.frame_listed, listed))
     rng = np.random.default_rng(5)
     cfg = WorldConfig(dims=2, bounds=(0.0, 0.0, 40.0, 40.0), cells=(2, 2), threads=1)
     t = Twin(cfg, queries_per_frame=1)
@@ -449,5 +452,10 @@ def test_serial_frame_falls_back_to_the_general_phases_where_it_must(monkeypatch
         overflows += t.step(update_ids=ids, update_boxes=together).stats.cell_overflows
         t.step(update_ids=ids, update_boxes=_move(rng, apart, step=0.005))
     assert overflows > 0
-    assert all(v > 0 for v in seen.values()), seen
+    # every box into the next cell, which has no room for them yet: the same list, phase 3 done by Python
+    t.step(update_ids=ids, update_boxes=apart + np.array([20, 0, 20, 0], np.float32))
+    # the frames of the same list run whole in frame_listed, which falls back the same way
+    for status in seen:
+        assert seen[status] + listed.get(status, 0) > 0, (seen, listed)
+    assert listed.get(kframe.LISTED_ROOM, 0) > 0, listed
     t.check_state()

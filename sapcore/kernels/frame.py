@@ -6,7 +6,11 @@ dispatch, small numpy operations, the arrays each phase returns) than in its ker
   entries, the touched cells' sizes);
 - ``frame_pairs``: phases 4 to 7 and the flags of phase 8: every touched cell's SAP, then, unless some
   event slice overflowed or some pair set needs room (the caller then goes on the general way from the
-  phase it names), the netting, the merge of few events and the delta's id pairs.
+  phase it names), the netting, the merge of few events and the delta's id pairs;
+- ``frame_listed``: the whole of the commonest frame in one call: the updates of the last frame's list,
+  in its order, and nothing else (a game server sending its objects every tick). Phase 0 (the list
+  repeats, the boxes), then ``frame_cells`` and ``frame_pairs``; it stops where Python must act (a bad
+  box, a cell without room, a frame to run in parallel) and returns what the general phases go on from.
 
 Each calls the same kernels and inlined steps as the general path, so the results are the same.
 """
@@ -17,12 +21,19 @@ from .arena import frame_room
 from .grid import grid_rasterize, grid_ranges_serial
 from .merge import cells_net_serial, keys_to_ids, world_merge_small
 from .sap_cell import cells_apply_serial
+from .update_list import LIST_OTHER, LIST_STILL, list_repeats
+from .validate import boxes_check_serial
 
 #: ``frame_pairs`` statuses: what is left to the caller
 PAIRS_DONE = 0          # every phase done, the delta's id pairs returned
 PAIRS_OVERFLOW = 1      # cells applied, some event slice overflowed: recompute them, net, merge
 PAIRS_NET = 2           # cells applied, some pair set needs room: grow them, net, merge
 PAIRS_MERGE = 3         # cells applied and netted, the world's pair table needs room: merge
+#: ``frame_listed``'s own statuses (besides the four above, once it has called ``frame_pairs``)
+LISTED_OTHER = 10       # not the last list's ids in its order (or no rows kept): nothing done
+LISTED_BAD = 11         # a bad box (row, code, axis returned): nothing done
+LISTED_STILL = 12       # every box unchanged: nothing done (the frame is counted by the caller)
+LISTED_ROOM = 13        # phases 2-3's kernels done (frame counted); the caller makes room and goes on
 _S32 = np.uint64(32)
 _LO32 = np.uint64(0xFFFFFFFF)
 
@@ -114,3 +125,80 @@ def frame_pairs(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
     if not done:
         return PAIRS_MERGE, events, sw, none, none, 0
     return PAIRS_DONE, events, sw, id_pairs(created, obj_id), id_pairs(deleted, obj_id), pairs
+
+
+@njit(**NJIT)
+def _room_arrays(touched, ent_h, ent_off, need, ev_off, ev_cap, counts):
+    """A frame's phase 2-3 arrays packed for the caller in two: int32 ``touched | ent_h`` and int64
+    ``ent_off (T+1) | ev_off (T+1) | ev_cap (T) | need (T) | counts (4T)`` (fewer arrays to return)."""
+    nt = touched.shape[0]
+    ibuf = np.empty(nt + ent_h.shape[0], np.int32)
+    ibuf[:nt] = touched
+    ibuf[nt:] = ent_h
+    lbuf = np.empty(8 * nt + 2, np.int64)
+    lbuf[:nt + 1] = ent_off
+    lbuf[nt + 1:2 * nt + 2] = ev_off
+    lbuf[2 * nt + 2:3 * nt + 2] = ev_cap
+    lbuf[3 * nt + 2:4 * nt + 2] = need
+    lbuf[4 * nt + 2:] = counts.reshape(-1)
+    return ibuf, lbuf
+
+
+def unpack_room(ibuf, lbuf, nt):
+    """``_room_arrays``' two arrays -> (touched, ent_h, ent_off, ev_off, ev_cap, need, counts) views."""
+    return (ibuf[:nt], ibuf[nt:], lbuf[:nt + 1], lbuf[nt + 1:2 * nt + 2], lbuf[2 * nt + 2:3 * nt + 2],
+            lbuf[3 * nt + 2:4 * nt + 2], lbuf[4 * nt + 2:].reshape(4, nt))
+
+
+@njit(**NJIT)
+def frame_listed(upd, upd_boxes, list_ids, list_h, rows, dims, limit, bmin, inv, C, boxes, crange, flag, cat, msk,
+                 static, obj_id, lastpos, cell_n, cell_base, cell_cap, bx_h, bx_pos, ep_key, scratch, kscratch,
+                 cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag, ev_key, shards, g_slots, g_keys,
+                 g_cnt, g_cap, g_n, live, cell_stamp, cell_tidx, frame, serial_work):
+    """A frame of updates only, the last frame's list (``list_ids``, handles ``list_h``, boxes by row
+    ``rows``) in its order, in one call: what ``World.step`` does for it with ``frame`` its number,
+    with ``frame_cells``, ``frame_pairs`` and the kernels of phase 0 (``list_repeats``,
+    ``boxes_check_serial``). Nothing changes before every box is found valid.
+
+    Returns ``(status, row, code, axis, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created,
+    deleted)``: LISTED_OTHER or LISTED_STILL, nothing else; LISTED_BAD, the bad box's row, code and axis;
+    LISTED_ROOM when a touched cell lacks room, the event buffer or the workspace is too small, or the
+    work (``work`` >= ``serial_work``) is for the parallel phases: ``ibuf`` / ``lbuf`` hold phase 2-3's
+    arrays (``unpack_room``), nothing after phase 2-3's kernels is done; else ``frame_pairs``' status,
+    events, swaps, created, deleted and pairs, with ``ibuf`` / ``lbuf`` as for LISTED_ROOM when that
+    status leaves phases to the caller."""
+    none = np.empty((0, 2), np.uint64)
+    noi = np.empty(0, np.int32)
+    nol = np.empty(0, np.int64)
+    nu = upd.shape[0]
+    if nu == 0 or nu != list_ids.shape[0] or rows.shape[0] != nu:
+        return LISTED_OTHER, -1, 0, 0, 0, 0, 0, 0, 0, 0, noi, nol, none, none
+    r = list_repeats(upd, list_ids, upd_boxes.reshape(-1), rows.reshape(-1))
+    if r == LIST_OTHER:
+        return LISTED_OTHER, -1, 0, 0, 0, 0, 0, 0, 0, 0, noi, nol, none, none
+    if r == LIST_STILL:
+        return LISTED_STILL, -1, 0, 0, 0, 0, 0, 0, 0, 0, noi, nol, none, none
+    same = np.empty(nu, np.uint8)
+    row, code, axis, unchanged = boxes_check_serial(upd_boxes, dims, limit, boxes, list_h, same, rows, nol, True)
+    if row >= 0:
+        return LISTED_BAD, row, code, axis, 0, 0, 0, 0, 0, 0, noi, nol, none, none
+    if unchanged == nu:
+        return LISTED_STILL, -1, 0, 0, 0, 0, 0, 0, 0, 0, noi, nol, none, none
+    # phases 2-3's kernels (phase 1 has nothing to do: no adds, and the list stays)
+    touched, ent_off, ent_h, need, grow, ev_off, ev_cap, max_cap, work = frame_cells(
+        dims, bmin, inv, C, boxes, crange, flag, list_h, upd_boxes, noi, np.empty((0, upd_boxes.shape[1]), np.float32),
+        same, rows, 1, lastpos, cell_n, noi, nu - unchanged, live, cell_stamp, cell_tidx, frame, cell_cap, cell_pm_n)
+    nt = touched.shape[0]
+    counts = np.empty((4, nt), np.int64)
+    if (grow or ev_off[nt] > ev_key.shape[0] or ev_key.shape[0] > 8 * max(ev_off[nt], 1 << 16)
+            or scratch.shape[2] < max_cap + 1 or work >= serial_work):
+        ibuf, lbuf = _room_arrays(touched, ent_h, ent_off, need, ev_off, ev_cap, counts)
+        return LISTED_ROOM, -1, 0, 0, 0, 0, 0, nt, max_cap, work, ibuf, lbuf, none, none
+    status, events, sw, created, deleted, pairs = frame_pairs(
+        touched, ent_off, ent_h, dims, C, flag, crange, boxes.view(np.uint32), cat, msk, static, cell_n, cell_base,
+        bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag,
+        ev_key, ev_off, ev_cap, counts, shards, g_slots, g_keys, g_cnt, g_cap, g_n, obj_id, noi, list_h, noi)
+    if status == PAIRS_DONE:
+        return status, -1, 0, 0, events, sw, pairs, nt, max_cap, work, noi, nol, created, deleted
+    ibuf, lbuf = _room_arrays(touched, ent_h, ent_off, need, ev_off, ev_cap, counts)
+    return status, -1, 0, 0, events, sw, pairs, nt, max_cap, work, ibuf, lbuf, none, none
