@@ -132,6 +132,8 @@ class World:
         self._scratch_ev = np.empty(1024, np.uint64)   # the event buffer, reused between frames
         self._scratch = np.empty((numba.config.NUMBA_NUM_THREADS, 3, 0), np.int32)
         self._kscratch = np.empty((numba.config.NUMBA_NUM_THREADS, 0), np.uint64)
+        self._listed_key = (None,) * 8        # see _listed_state
+        self._listed_args = ()
 
     def _move_saps(self, cells, new_base, new_cap, src, dst):
         karena.cells_move(cells, new_base, new_cap, self.dims, self.sap.n, self.sap.base, self.sap.cap, *src, *dst)
@@ -183,23 +185,37 @@ class World:
         return Delta(created.copy() if created is _EMPTY_PAIRS else created,
                      deleted.copy() if deleted is _EMPTY_PAIRS else deleted, f.stats)
 
+    def _listed_state(self) -> None:
+        """The arrays and constants ``frame_listed`` reads besides the frame's, kept between frames in
+        ``_listed_args``, with ``_listed_key``: the arrays whose replacement (the update list changed, the
+        object arrays, an arena, the pair table or a workspace grew) replaces any of them; ``_step_listed``
+        compares them by identity every frame and calls this on a difference."""
+        ul, objects, sap, ps, wp = self.update_list, self.objects, self.sap, self.pair_sets, self.world_pairs
+        self._listed_key = (ul.rows, ul.ids, objects.box, sap.arrays, ps.arrays, wp.slots, self._scratch,
+                            self._scratch_ev)
+        self._listed_args = (
+            ul.ids, ul.handles, ul.rows, self.dims, self._coord_limit32, self._bmin, self._inv, self._C,
+            objects.box, objects.crange, objects.flag, objects.cat, objects.mask, objects.static, objects.id,
+            objects.lastpos, sap.n, sap.base, sap.cap, *sap.arrays, self._scratch, self._kscratch, ps.base, ps.cap,
+            ps.n, *ps.arrays, self._scratch_ev, SHARDS, wp.slots, wp.keys, wp.cnt, wp.cap, wp.n, self._cell_stamp,
+            self._cell_tidx, self._serial_work)
+
     def _step_listed(self, t0, upd, boxes) -> Delta | None:
         """A frame of updates only, of the last frame's list in its order (``kernels.frame.frame_listed``):
         every phase in one call when the frame runs on the calling thread and needs no room. Where the
         call stops, the general phases go on; None when the ids are not the list's (nothing done)."""
         ul = self.update_list
         nu = upd.shape[0]
-        if nu != ul.ids.shape[0] or not parallel.serial(self._max_threads, nu):
+        if nu != ul.ids.shape[0] or not (self._max_threads == 1 or nu < parallel.MIN_OPS):
             return None
         objects, sap, ps, wp = self.objects, self.sap, self.pair_sets, self.world_pairs
+        k = self._listed_key
+        if not (k[0] is ul.rows and k[1] is ul.ids and k[2] is objects.box and k[3] is sap.arrays
+                and k[4] is ps.arrays and k[5] is wp.slots and k[6] is self._scratch and k[7] is self._scratch_ev):
+            self._listed_state()
         live = objects.count
         (status, row, code, axis, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created,
-         deleted) = kframe.frame_listed(
-            upd, boxes, ul.ids, ul.handles, ul.rows, self.dims, self._coord_limit32, self._bmin, self._inv, self._C,
-            objects.box, objects.crange, objects.flag, objects.cat, objects.mask, objects.static, objects.id,
-            objects.lastpos, sap.n, sap.base, sap.cap, *sap.arrays, self._scratch, self._kscratch, ps.base, ps.cap,
-            ps.n, *ps.arrays, self._scratch_ev, SHARDS, wp.slots, wp.keys, wp.cnt, wp.cap, wp.n, live,
-            self._cell_stamp, self._cell_tidx, self.frames + 1, self._serial_work)
+         deleted) = kframe.frame_listed(upd, boxes, live, self.frames + 1, *self._listed_args)
         if status == kframe.PAIRS_DONE:
             self.frames += 1
             if pairs >= 0:

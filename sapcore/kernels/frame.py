@@ -151,10 +151,10 @@ def unpack_room(ibuf, lbuf, nt):
 
 
 @njit(**NJIT)
-def frame_listed(upd, upd_boxes, list_ids, list_h, rows, dims, limit, bmin, inv, C, boxes, crange, flag, cat, msk,
-                 static, obj_id, lastpos, cell_n, cell_base, cell_cap, bx_h, bx_pos, ep_key, scratch, kscratch,
+def frame_listed(upd, upd_boxes, live, frame, list_ids, list_h, rows, dims, limit, bmin, inv, C, boxes, crange, flag,
+                 cat, msk, static, obj_id, lastpos, cell_n, cell_base, cell_cap, bx_h, bx_pos, ep_key, scratch, kscratch,
                  cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag, ev_key, shards, g_slots, g_keys,
-                 g_cnt, g_cap, g_n, live, cell_stamp, cell_tidx, frame, serial_work):
+                 g_cnt, g_cap, g_n, cell_stamp, cell_tidx, serial_work):
     """A frame of updates only, the last frame's list (``list_ids``, handles ``list_h``, boxes by row
     ``rows``) in its order, in one call: what ``World.step`` does for it with ``frame`` its number,
     with ``frame_cells``, ``frame_pairs`` and the kernels of phase 0 (``list_repeats``,
