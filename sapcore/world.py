@@ -30,6 +30,7 @@ calls each parallel kernel's serial twin, and makes one kernel call for phases 2
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -54,6 +55,11 @@ from .update_list import NO_ROW_OF, NO_ROWS, UpdateList
 from .world_pairs import SHARDS, WorldPairs
 
 _EMPTY_PAIRS = np.zeros((0, 2), np.uint64)
+# the order of FrameStats' fields, which a whole frame in one call fills positionally (a keyword call costs
+# twice as much): a change of the dataclass fails here, at import
+_STATS_ORDER = ("objects", "pairs", "created", "deleted", "swaps", "cells_touched", "cell_overflows", "validate_s",
+                "rasterize_s", "apply_s", "merge_s", "total_s")
+assert tuple(f.name for f in dataclasses.fields(FrameStats)) == _STATS_ORDER, "FrameStats fields"
 _NO_HANDLES = np.zeros(0, np.int32)
 _NO_SAME = np.zeros(0, np.uint8)
 _LO32 = np.uint64(0xFFFFFFFF)
@@ -221,9 +227,10 @@ class World:
             if pairs >= 0:
                 wp.count = pairs
             t1 = time.perf_counter()
-            return Delta(created, deleted, FrameStats(objects=live, pairs=wp.count, created=created.shape[0],
-                                                      deleted=deleted.shape[0], swaps=swaps, cells_touched=nt,
-                                                      apply_s=t1 - t0, total_s=t1 - t0))
+            # positional (see _STATS_ORDER): objects, pairs, created, deleted, swaps, cells_touched,
+            # cell_overflows, validate_s, rasterize_s, apply_s, merge_s, total_s
+            return Delta(created, deleted, FrameStats(live, wp.count, created.shape[0], deleted.shape[0], swaps, nt,
+                                                      0, 0.0, 0.0, t1 - t0, 0.0, t1 - t0))
         if status == kframe.LISTED_OTHER:
             return None
         if status == kframe.LISTED_BAD:

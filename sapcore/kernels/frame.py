@@ -36,6 +36,7 @@ LISTED_STILL = 12       # every box unchanged: nothing done (the frame is counte
 LISTED_ROOM = 13        # phases 2-3's kernels done (frame counted); the caller makes room and goes on
 _S32 = np.uint64(32)
 _LO32 = np.uint64(0xFFFFFFFF)
+_SMALL_SORT = 16        # id_pairs sorts up to this many pairs by insertion
 
 
 @njit(**NJIT)
@@ -64,7 +65,16 @@ def id_pairs(keys, obj_id):
     out = np.empty((k, 2), np.uint64)
     if keys_to_ids(keys, obj_id, lo, hi):
         packed = (lo << _S32) | hi
-        packed.sort()
+        if k > _SMALL_SORT:
+            packed.sort()
+        else:               # a frame's few pairs: an insertion sort, without a quicksort's set-up
+            for i in range(1, k):
+                x = packed[i]
+                j = i - 1
+                while j >= 0 and packed[j] > x:
+                    packed[j + 1] = packed[j]
+                    j -= 1
+                packed[j + 1] = x
         for i in range(k):
             out[i, 0] = packed[i] >> _S32
             out[i, 1] = packed[i] & _LO32
