@@ -171,44 +171,43 @@ def frame_listed(upd, upd_boxes, live, frame, list_ids, list_h, rows, dims, limi
     ``boxes_check_serial``). Nothing changes before every box is found valid.
 
     Returns ``(status, row, code, axis, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created,
-    deleted)``: LISTED_OTHER or LISTED_STILL, nothing else; LISTED_BAD, the bad box's row, code and axis;
+    deleted)`` (arrays None where the status has none: fewer arrays to return): LISTED_OTHER or
+    LISTED_STILL, nothing else; LISTED_BAD, the bad box's row, code and axis;
     LISTED_ROOM when a touched cell lacks room, the event buffer or the workspace is too small, or the
     work (``work`` >= ``serial_work``) is for the parallel phases: ``ibuf`` / ``lbuf`` hold phase 2-3's
     arrays (``unpack_room``), nothing after phase 2-3's kernels is done; else ``frame_pairs``' status,
     events, swaps, created, deleted and pairs, with ``ibuf`` / ``lbuf`` as for LISTED_ROOM when that
     status leaves phases to the caller."""
-    none = np.empty((0, 2), np.uint64)
-    noi = np.empty(0, np.int32)
-    nol = np.empty(0, np.int64)
+    noi = list_h[:0]        # (a view: no allocation)
     nu = upd.shape[0]
     if nu == 0 or nu != list_ids.shape[0] or rows.shape[0] != nu:
-        return LISTED_OTHER, -1, 0, 0, 0, 0, 0, 0, 0, 0, noi, nol, none, none
+        return LISTED_OTHER, -1, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, None
     r = list_repeats(upd, list_ids, upd_boxes.reshape(-1), rows.reshape(-1))
     if r == LIST_OTHER:
-        return LISTED_OTHER, -1, 0, 0, 0, 0, 0, 0, 0, 0, noi, nol, none, none
+        return LISTED_OTHER, -1, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, None
     if r == LIST_STILL:
-        return LISTED_STILL, -1, 0, 0, 0, 0, 0, 0, 0, 0, noi, nol, none, none
+        return LISTED_STILL, -1, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, None
     same = np.empty(nu, np.uint8)
-    row, code, axis, unchanged = boxes_check_serial(upd_boxes, dims, limit, boxes, list_h, same, rows, nol, True)
+    row, code, axis, unchanged = boxes_check_serial(upd_boxes, dims, limit, boxes, list_h, same, rows, cell_base[:0], True)
     if row >= 0:
-        return LISTED_BAD, row, code, axis, 0, 0, 0, 0, 0, 0, noi, nol, none, none
+        return LISTED_BAD, row, code, axis, 0, 0, 0, 0, 0, 0, None, None, None, None
     if unchanged == nu:
-        return LISTED_STILL, -1, 0, 0, 0, 0, 0, 0, 0, 0, noi, nol, none, none
+        return LISTED_STILL, -1, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, None
     # phases 2-3's kernels (phase 1 has nothing to do: no adds, and the list stays)
     touched, ent_off, ent_h, need, grow, ev_off, ev_cap, max_cap, work = frame_cells(
-        dims, bmin, inv, C, boxes, crange, flag, list_h, upd_boxes, noi, np.empty((0, upd_boxes.shape[1]), np.float32),
+        dims, bmin, inv, C, boxes, crange, flag, list_h, upd_boxes, noi, upd_boxes[:0],
         same, rows, 1, lastpos, cell_n, noi, nu - unchanged, live, cell_stamp, cell_tidx, frame, cell_cap, cell_pm_n)
     nt = touched.shape[0]
     counts = np.empty((4, nt), np.int64)
     if (grow or ev_off[nt] > ev_key.shape[0] or ev_key.shape[0] > 8 * max(ev_off[nt], 1 << 16)
             or scratch.shape[2] < max_cap + 1 or work >= serial_work):
         ibuf, lbuf = _room_arrays(touched, ent_h, ent_off, need, ev_off, ev_cap, counts)
-        return LISTED_ROOM, -1, 0, 0, 0, 0, 0, nt, max_cap, work, ibuf, lbuf, none, none
+        return LISTED_ROOM, -1, 0, 0, 0, 0, 0, nt, max_cap, work, ibuf, lbuf, None, None
     status, events, sw, created, deleted, pairs = frame_pairs(
         touched, ent_off, ent_h, dims, C, flag, crange, boxes.view(np.uint32), cat, msk, static, cell_n, cell_base,
         bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag,
         ev_key, ev_off, ev_cap, counts, shards, g_slots, g_keys, g_cnt, g_cap, g_n, obj_id, noi, list_h, noi)
     if status == PAIRS_DONE:
-        return status, -1, 0, 0, events, sw, pairs, nt, max_cap, work, noi, nol, created, deleted
+        return status, -1, 0, 0, events, sw, pairs, nt, max_cap, work, None, None, created, deleted
     ibuf, lbuf = _room_arrays(touched, ent_h, ent_off, need, ev_off, ev_cap, counts)
-    return status, -1, 0, 0, events, sw, pairs, nt, max_cap, work, ibuf, lbuf, none, none
+    return status, -1, 0, 0, events, sw, pairs, nt, max_cap, work, ibuf, lbuf, None, None
