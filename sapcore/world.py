@@ -207,12 +207,13 @@ class World:
             self._cell_tidx, self._serial_work)
 
     def _step_listed(self, t0, upd, boxes) -> Delta | None:
-        """A frame of updates only, of the last frame's list in its order (``kernels.frame.frame_listed``):
-        every phase in one call when the frame runs on the calling thread and needs no room. Where the
-        call stops, the general phases go on; None when the ids are not the list's (nothing done)."""
+        """A small frame (under ``parallel.MIN_OPS`` updates) of updates only, of the last frame's list in
+        its order (``kernels.frame.frame_listed``): phases 0-8 in one call when it needs no room and no
+        parallel phase; its engine time is then all in ``apply_s``. Where the call stops, the general
+        phases go on from its arrays; None when the ids are not the list's (nothing done)."""
         ul = self.update_list
         nu = upd.shape[0]
-        if nu != ul.ids.shape[0] or not (self._max_threads == 1 or nu < parallel.MIN_OPS):
+        if nu != ul.ids.shape[0] or nu >= parallel.MIN_OPS:     # a small frame (on the calling thread)
             return None
         objects, sap, ps, wp = self.objects, self.sap, self.pair_sets, self.world_pairs
         k = self._listed_key
