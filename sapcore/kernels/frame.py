@@ -193,10 +193,16 @@ def frame_listed(upd, upd_boxes, live, frame, list_ids, list_h, rows, dims, limi
         return LISTED_BAD, row, code, axis, 0, 0, 0, 0, 0, 0, None, None, None, None
     if unchanged == nu:
         return LISTED_STILL, -1, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, None
-    # phases 2-3's kernels (phase 1 has nothing to do: no adds, and the list stays)
+    # phases 2-3's kernels (phase 1 has nothing to do: no adds, and the list stays); the list's boxes by
+    # row are this frame's, copied whole (one sequential pass, instead of row by row among the rows moved:
+    # an unchanged row may then hold -0.0 for +0.0, which compares equal)
     touched, ent_off, ent_h, need, grow, ev_off, ev_cap, max_cap, work = frame_cells(
         dims, bmin, inv, C, boxes, crange, flag, list_h, upd_boxes, noi, upd_boxes[:0],
-        same, rows, 1, lastpos, cell_n, noi, nu - unchanged, live, cell_stamp, cell_tidx, frame, cell_cap, cell_pm_n)
+        same, rows, 0, lastpos, cell_n, noi, nu - unchanged, live, cell_stamp, cell_tidx, frame, cell_cap, cell_pm_n)
+    src = upd_boxes.reshape(-1)
+    dst = rows.reshape(-1)
+    for j in range(dst.shape[0]):
+        dst[j] = src[j]
     nt = touched.shape[0]
     counts = np.empty((4, nt), np.int64)
     if (grow or ev_off[nt] > ev_key.shape[0] or ev_key.shape[0] > 8 * max(ev_off[nt], 1 << 16)
