@@ -103,12 +103,17 @@ def frame_pairs(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
     cells_apply_serial(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static, cell_n, cell_base,
                        bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n,
                        ev_plus, swaps)
-    for i in range(rem_h.shape[0]):      # the flags are read by the cells' SAPs alone
-        flag[rem_h[i]] = 0
-    for i in range(upd_h.shape[0]):
-        flag[upd_h[i]] = 0
-    for i in range(add_h.shape[0]):
-        flag[add_h[i]] = 0
+    # the flags are read by the cells' SAPs alone; every other flag is zero: with many objects in the
+    # frame, one sequential pass clears them all for less than their scattered writes
+    if 8 * (rem_h.shape[0] + upd_h.shape[0] + add_h.shape[0]) > flag.shape[0]:
+        flag[:] = 0
+    else:
+        for i in range(rem_h.shape[0]):
+            flag[rem_h[i]] = 0
+        for i in range(upd_h.shape[0]):
+            flag[upd_h[i]] = 0
+        for i in range(add_h.shape[0]):
+            flag[add_h[i]] = 0
     nt = touched.shape[0]
     events = 0
     sw = 0
