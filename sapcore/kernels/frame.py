@@ -16,12 +16,11 @@ Each calls the same kernels and inlined steps as the general path, so the result
 """
 import numpy as np
 
-from .._numba import NJIT, njit
+from .._numba import NJIT, NJIT_INLINE, njit
 from .arena import frame_room
 from .grid import grid_rasterize, grid_ranges_serial
 from .merge import cells_net_serial, keys_to_ids, world_merge_small
 from .sap_cell import cells_apply_serial
-from .update_list import LIST_OTHER, LIST_STILL, list_repeats
 from .validate import boxes_check_serial
 
 #: ``frame_pairs`` statuses: what is left to the caller
@@ -165,6 +164,39 @@ def unpack_room(ibuf, lbuf, nt):
             lbuf[3 * nt + 2:4 * nt + 2], lbuf[4 * nt + 2:].reshape(4, nt))
 
 
+@njit(**NJIT_INLINE)
+def _same_ids(ids, last_ids):
+    """Are ``ids`` (uint64) the ``last_ids`` (uint32 or uint64) of the same length, in order? (No exit in
+    the loop: it vectorises.)"""
+    d = np.uint64(0)
+    for i in range(ids.shape[0]):
+        d |= ids[i] ^ np.uint64(last_ids[i])
+    return d == 0
+
+
+@njit(**NJIT_INLINE)
+def _rows_check(b, r, same, n, limit, dims):
+    """``boxes_check`` of a frame of the list's rows, in two passes without branches (they vectorise;
+    ``dims`` a constant): ``same[i] = 2`` for a row equal to the list's (as floats), else 0; returns
+    (unchanged rows, every box valid). A box equal to its row was valid when stored; any other is checked
+    with the same rules (no NaN or infinity, ``|value| <= limit``, min <= max), here on every row."""
+    w = 2 * dims
+    unchanged = 0
+    for i in range(n):
+        eq = True
+        for a in range(w):
+            eq &= b[w * i + a] == r[w * i + a]
+        same[i] = np.uint8(2) * np.uint8(eq)
+        unchanged += eq
+    ok = True
+    for j in range(w * n):
+        ok &= abs(b[j]) <= limit            # false for NaN and infinities too
+    for i in range(n):
+        for a in range(dims):
+            ok &= b[w * i + a] <= b[w * i + dims + a]
+    return unchanged, ok
+
+
 @njit(**NJIT)
 def frame_listed(upd, upd_boxes, live, frame, list_ids, list_h, rows, dims, limit, bmin, inv, C, boxes, crange, flag,
                  cat, msk, static, obj_id, lastpos, cell_n, cell_base, cell_cap, bx_h, bx_pos, ep_key, scratch, kscratch,
@@ -187,14 +219,17 @@ def frame_listed(upd, upd_boxes, live, frame, list_ids, list_h, rows, dims, limi
     nu = upd.shape[0]
     if nu == 0 or nu != list_ids.shape[0] or rows.shape[0] != nu:
         return LISTED_OTHER, -1, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, None
-    r = list_repeats(upd, list_ids, upd_boxes.reshape(-1), rows.reshape(-1))
-    if r == LIST_OTHER:
+    if not _same_ids(upd, list_ids):
         return LISTED_OTHER, -1, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, None
-    if r == LIST_STILL:
-        return LISTED_STILL, -1, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, None
     same = np.empty(nu, np.uint8)
-    row, code, axis, unchanged = boxes_check_serial(upd_boxes, dims, limit, boxes, list_h, same, rows, cell_base[:0], True)
-    if row >= 0:
+    b = upd_boxes.reshape(-1)
+    if dims == 2:
+        unchanged, ok = _rows_check(b, rows.reshape(-1), same, nu, limit, 2)
+    else:
+        unchanged, ok = _rows_check(b, rows.reshape(-1), same, nu, limit, 3)
+    if not ok:          # some box is bad: which one, as the general box check names it
+        row, code, axis, unchanged = boxes_check_serial(upd_boxes, dims, limit, boxes, list_h, same, rows,
+                                                         cell_base[:0], True)
         return LISTED_BAD, row, code, axis, 0, 0, 0, 0, 0, 0, None, None, None, None
     if unchanged == nu:
         return LISTED_STILL, -1, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, None
