@@ -27,6 +27,9 @@ The world is made of owners, each with its own invariants (``validate`` calls ea
 A frame whose work runs on the calling thread (``threads=1``, or a small frame; ``parallel.serial``)
 calls each parallel kernel's serial twin, and makes one kernel call for phases 2-3 and one for phases
 4-7 (``kernels/frame.py``): between the phases of a small frame, Python cost more than the kernels.
+The commonest small frame, the updates of the last frame's list in its order and nothing else, runs
+phases 0-8 in a single call (``_step_listed``, ``kernels.frame.frame_listed``), its world arrays kept in
+one tuple between frames; the general phases go on from wherever that call has to stop.
 """
 from __future__ import annotations
 
