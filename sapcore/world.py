@@ -27,9 +27,13 @@ The world is made of owners, each with its own invariants (``validate`` calls ea
 A frame whose work runs on the calling thread (``threads=1``, or a small frame; ``parallel.serial``)
 calls each parallel kernel's serial twin, and makes one kernel call for phases 2-3 and one for phases
 4-7 (``kernels/frame.py``): between the phases of a small frame, Python cost more than the kernels.
+The commonest small frame, the updates of the last frame's list in its order and nothing else, runs
+phases 0-8 in a single call (``_step_listed``, ``kernels.frame.frame_listed``), its world arrays kept in
+one tuple between frames; the general phases go on from wherever that call has to stop.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -54,6 +58,11 @@ from .update_list import NO_ROW_OF, NO_ROWS, UpdateList
 from .world_pairs import SHARDS, WorldPairs
 
 _EMPTY_PAIRS = np.zeros((0, 2), np.uint64)
+# the order of FrameStats' fields, which a whole frame in one call fills positionally (a keyword call costs
+# twice as much): a change of the dataclass fails here, at import
+_STATS_ORDER = ("objects", "pairs", "created", "deleted", "swaps", "cells_touched", "cell_overflows", "validate_s",
+                "rasterize_s", "apply_s", "merge_s", "total_s")
+assert tuple(f.name for f in dataclasses.fields(FrameStats)) == _STATS_ORDER, "FrameStats fields"
 _NO_HANDLES = np.zeros(0, np.int32)
 _NO_SAME = np.zeros(0, np.uint8)
 _LO32 = np.uint64(0xFFFFFFFF)
@@ -105,6 +114,8 @@ class World:
         self._inv = np.ones(3)
         self._inv[:d] = C[:d] / (b[d:] - b[:d])
         self._max_threads = min(config.threads or numba.config.NUMBA_NUM_THREADS, numba.config.NUMBA_NUM_THREADS)
+        # work from which a frame's cells are applied by the parallel phases (``parallel.serial``)
+        self._serial_work = (1 << 62) if self._max_threads == 1 else parallel.MIN_OPS
         # |coordinate| <= coord_limit, checked on the caller's values; float32 values are checked against
         # the limit rounded up to float32, so a value at the limit passes in either precision
         self._coord_limit = float(config.coord_limit)
@@ -130,6 +141,8 @@ class World:
         self._scratch_ev = np.empty(1024, np.uint64)   # the event buffer, reused between frames
         self._scratch = np.empty((numba.config.NUMBA_NUM_THREADS, 3, 0), np.int32)
         self._kscratch = np.empty((numba.config.NUMBA_NUM_THREADS, 0), np.uint64)
+        self._listed_key = (None,) * 8        # see _listed_state
+        self._listed_args = ()
 
     def _move_saps(self, cells, new_base, new_cap, src, dst):
         karena.cells_move(cells, new_base, new_cap, self.dims, self.sap.n, self.sap.base, self.sap.cap, *src, *dst)
@@ -146,23 +159,107 @@ class World:
         ids: uint64 [K]; boxes: float32 [K, 2*dims] (mins then maxs); category/mask: uint32 [A];
         static: bool [A]. Raises FrameError / CapacityError and changes nothing if the frame is invalid.
         """
-        f = _Frame(time.perf_counter())
+        t0 = time.perf_counter()
+        if (update_ids is not None and remove_ids is None and add_ids is None and add_boxes is None
+                and add_category is None and add_mask is None and add_static is None
+                and self.update_list.rows is not None):
+            # the last frame's list again, updates only: the whole frame in one call when it can be
+            update_ids = as_ids(update_ids, "update_ids")
+            update_boxes = as_boxes(update_boxes, update_ids.shape[0], "update_boxes", self.dims, self._coord_limit)
+            delta = self._step_listed(t0, update_ids, update_boxes)
+            if delta is not None:
+                return delta
+        f = _Frame(t0)
         self._validate_ids(f, remove_ids, update_ids, update_boxes, add_ids, add_boxes)      # phase 0
         self._validate_boxes(f, add_category, add_mask, add_static)
         if f.moving == 0 and f.nr == 0 and f.na == 0:
             return self._unchanged(f)
         self._admit(f)                  # phase 1
         self._rasterize(f)              # phase 2
+        return self._from_room(f)
+
+    def _from_room(self, f) -> Delta:
+        """Phases 3 to 8 of a frame whose phase 2 is done."""
         self._make_room(f)              # phase 3
         if parallel.serial(self._max_threads, f.work):
             created, deleted = self._pairs_serial(f)    # phases 4-7 in one call (falls back when it must)
         else:
             self._apply_cells(f)        # phases 4 and 5
             created, deleted = self._net_and_merge(f)   # phases 6 and 7
+        return self._delta(f, created, deleted)
+
+    def _delta(self, f, created, deleted) -> Delta:
         self._finish(f)                 # phase 8
         f.stats.created, f.stats.deleted = created.shape[0], deleted.shape[0]
         return Delta(created.copy() if created is _EMPTY_PAIRS else created,
                      deleted.copy() if deleted is _EMPTY_PAIRS else deleted, f.stats)
+
+    def _listed_state(self) -> None:
+        """The arrays and constants ``frame_listed`` reads besides the frame's, kept between frames in
+        ``_listed_args``, with ``_listed_key``: the arrays whose replacement (the update list changed, the
+        object arrays, an arena, the pair table or a workspace grew) replaces any of them; ``_step_listed``
+        compares them by identity every frame and calls this on a difference."""
+        ul, objects, sap, ps, wp = self.update_list, self.objects, self.sap, self.pair_sets, self.world_pairs
+        self._listed_key = (ul.rows, ul.ids, objects.box, sap.arrays, ps.arrays, wp.slots, self._scratch,
+                            self._scratch_ev)
+        self._listed_args = (
+            ul.ids, ul.handles, ul.rows, self.dims, self._coord_limit32, self._bmin, self._inv, self._C,
+            objects.box, objects.crange, objects.flag, objects.cat, objects.mask, objects.static, objects.id,
+            objects.lastpos, sap.n, sap.base, sap.cap, *sap.arrays, self._scratch, self._kscratch, ps.base, ps.cap,
+            ps.n, *ps.arrays, self._scratch_ev, SHARDS, wp.slots, wp.keys, wp.cnt, wp.cap, wp.n, self._cell_stamp,
+            self._cell_tidx, self._serial_work)
+
+    def _step_listed(self, t0, upd, boxes) -> Delta | None:
+        """A small frame (under ``parallel.MIN_OPS`` updates) of updates only, of the last frame's list in
+        its order (``kernels.frame.frame_listed``): phases 0-8 in one call when it needs no room and no
+        parallel phase; its engine time is then all in ``apply_s``. Where the call stops, the general
+        phases go on from its arrays; None when the ids are not the list's (nothing done)."""
+        ul = self.update_list
+        nu = upd.shape[0]
+        if nu != ul.ids.shape[0] or nu >= parallel.MIN_OPS:     # a small frame (on the calling thread)
+            return None
+        objects, sap, ps, wp = self.objects, self.sap, self.pair_sets, self.world_pairs
+        k = self._listed_key
+        if not (k[0] is ul.rows and k[1] is ul.ids and k[2] is objects.box and k[3] is sap.arrays
+                and k[4] is ps.arrays and k[5] is wp.slots and k[6] is self._scratch and k[7] is self._scratch_ev):
+            self._listed_state()
+        live = objects.count
+        (status, row, code, axis, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created,
+         deleted) = kframe.frame_listed(upd, boxes, live, self.frames + 1, *self._listed_args)
+        if status == kframe.PAIRS_DONE:
+            self.frames += 1
+            if pairs >= 0:
+                wp.count = pairs
+            t1 = time.perf_counter()
+            # positional (see _STATS_ORDER): objects, pairs, created, deleted, swaps, cells_touched,
+            # cell_overflows, validate_s, rasterize_s, apply_s, merge_s, total_s
+            return Delta(created, deleted, FrameStats(live, wp.count, created.shape[0], deleted.shape[0], swaps, nt,
+                                                      0, 0.0, 0.0, t1 - t0, 0.0, t1 - t0))
+        if status == kframe.LISTED_OTHER:
+            return None
+        if status == kframe.LISTED_BAD:
+            raise_bad_box("update_boxes", self._coord_limit, row, code, axis)
+        self.frames += 1
+        if status == kframe.LISTED_STILL:
+            t1 = time.perf_counter()
+            return Delta(_EMPTY_PAIRS.copy(), _EMPTY_PAIRS.copy(),
+                         FrameStats(objects=live, pairs=wp.count, validate_s=t1 - t0, total_s=t1 - t0))
+        # the general phases go on from where the call stopped, with its arrays
+        f = _Frame(t0)
+        f.t1 = f.t2 = time.perf_counter()
+        f.stats.rasterize_s = f.t2 - t0
+        f.rem, f.rem_h, f.upd, f.upd_h, f.add_h = upd[:0], _NO_HANDLES, upd, ul.handles, _NO_HANDLES
+        f.nr, f.nu, f.na, f.live = 0, nu, 0, live
+        f.touched, f.ent_h, f.ent_off, f.ev_off, f.ev_cap, need, counts = kframe.unpack_room(ibuf, lbuf, nt)
+        f.work = work
+        if status == kframe.LISTED_ROOM:
+            f.room = (need, bool((need > sap.cap[f.touched]).any()), max_cap)
+            return self._from_room(f)
+        f.counts = counts
+        f.ev_n, f.ev_plus, f.swaps, f.out_n = counts
+        f.ev_key = self._scratch_ev
+        f.ev_total, f.swaps_total = events, swaps
+        return self._delta(f, *self._pairs_after(f, status, created, deleted, pairs))
 
     def _validate_ids(self, f, remove_ids, update_ids, update_boxes, add_ids, add_boxes) -> None:
         """Phase 0, ids: every id rule, and the handles of the removes and updates."""
@@ -349,6 +446,11 @@ class World:
             objects.box.view(np.uint32), objects.cat, objects.mask, objects.static, sap.n, sap.base, *sap.arrays,
             self._scratch, self._kscratch, ps.base, ps.cap, ps.n, *ps.arrays, f.ev_key, f.ev_off, f.ev_cap, f.counts,
             SHARDS, wp.slots, wp.keys, wp.cnt, wp.cap, wp.n, objects.id, f.rem_h, f.upd_h, f.add_h)
+        return self._pairs_after(f, status, created, deleted, pairs)
+
+    def _pairs_after(self, f, status, created, deleted, pairs) -> tuple[np.ndarray, np.ndarray]:
+        """After ``frame_pairs`` (the frame's flags cleared): the phases its status leaves, if any."""
+        wp = self.world_pairs
         f.flags_cleared = True
         if status == kframe.PAIRS_DONE:
             if pairs >= 0:

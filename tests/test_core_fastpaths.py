@@ -420,14 +420,17 @@ def test_serial_frame_falls_back_to_the_general_phases_where_it_must(monkeypatch
     from sapcore.kernels import frame as kframe
 
     seen = {kframe.PAIRS_OVERFLOW: 0, kframe.PAIRS_NET: 0, kframe.PAIRS_MERGE: 0, kframe.PAIRS_DONE: 0}
-    real = kframe.frame_pairs
+    listed = {}      # frame_listed's statuses: the same four, and where it stops before them
 
-    def counted(*args):
-        out = real(*args)
-        seen[out[0]] += 1
-        return out
+    def counted(real, into):
+        def call(*args):
+            out = real(*args)
+            into[out[0]] = into.get(out[0], 0) + 1
+            return out
+        return call
 
-    monkeypatch.setattr(world_mod.kframe, "frame_pairs", counted)
+    monkeypatch.setattr(world_mod.kframe, "frame_pairs", counted(kframe.frame_pairs, seen))
+    monkeypatch.setattr(world_mod.kframe, "frame_listed", counted(kframe.frame_listed, listed))
     rng = np.random.default_rng(5)
     cfg = WorldConfig(dims=2, bounds=(0.0, 0.0, 40.0, 40.0), cells=(2, 2), threads=1)
     t = Twin(cfg, queries_per_frame=1)
@@ -449,5 +452,65 @@ def test_serial_frame_falls_back_to_the_general_phases_where_it_must(monkeypatch
         overflows += t.step(update_ids=ids, update_boxes=together).stats.cell_overflows
         t.step(update_ids=ids, update_boxes=_move(rng, apart, step=0.005))
     assert overflows > 0
-    assert all(v > 0 for v in seen.values()), seen
+    # every box into the next cell, which has no room for them yet: the same list, phase 3 done by Python
+    t.step(update_ids=ids, update_boxes=apart + np.array([20, 0, 20, 0], np.float32))
+    # the frames of the same list run whole in frame_listed, which falls back the same way
+    for status in seen:
+        assert seen[status] + listed.get(status, 0) > 0, (seen, listed)
+    assert listed.get(kframe.LISTED_ROOM, 0) > 0, listed
     t.check_state()
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_a_one_call_frame_names_a_bad_box_as_the_general_check_does(dims, monkeypatch):
+    """A small frame of the last list's updates runs whole in ``frame_listed``, which checks the boxes
+    against the list's rows in passes of its own: every kind of bad box, in the first, a middle or the
+    last row, behind rows that moved, is refused with the general check's field, index and reason, the
+    world unchanged; the frames in between (and after) run in that one call and match the oracle."""
+    from sapcore import world as world_mod
+    from sapcore.kernels import frame as kframe
+
+    statuses = []
+    real = kframe.frame_listed
+
+    def counted(*args):
+        out = real(*args)
+        statuses.append(out[0])
+        return out
+
+    monkeypatch.setattr(world_mod.kframe, "frame_listed", counted)
+    rng = np.random.default_rng(11)
+    bounds = (0.0,) * dims + (50.0,) * dims
+    t = Twin(WorldConfig(dims=dims, bounds=bounds, cells=(4,) * dims, threads=1, coord_limit=1e6),
+             queries_per_frame=1)
+    n = 300
+    ids = np.arange(n, dtype=np.uint64) + 5
+    c = rng.uniform(0, 50, (n, dims))
+    boxes = np.concatenate([c - 0.8, c + 0.8], 1).astype(np.float32)
+    t.step(add_ids=ids, add_boxes=boxes)
+    for _ in range(2):                                      # the list, then its rows kept
+        boxes = boxes + np.float32(0.05)
+        t.step(update_ids=ids, update_boxes=boxes)
+    assert t.world.update_list.rows is not None
+    kinds = {"NaN coordinate on axis": np.nan, "infinite coordinate on axis": -np.inf,
+             "exceeds the supported range": 2e6, "min > max on axis": None}
+    for reason, value in kinds.items():
+        for row in (0, n // 2, n - 1):
+            bad = boxes + np.float32(0.05)
+            axis = row % dims
+            if value is None:
+                bad[row, axis] = bad[row, dims + axis] + 1
+            else:
+                bad[row, dims + axis] = value
+            before = len(statuses)
+            with pytest.raises(FrameError) as e:
+                t.world.step(update_ids=ids, update_boxes=bad)
+            assert statuses[before:] == [kframe.LISTED_BAD]
+            assert (e.value.field, e.value.index) == ("update_boxes", row), (reason, row)
+            assert reason in str(e.value) and f"axis {axis}" in str(e.value), str(e.value)
+            t.check_state()
+            boxes = boxes + np.float32(0.05)
+            t.step(update_ids=ids, update_boxes=boxes)
+    d = t.step(update_ids=ids, update_boxes=boxes.copy())   # every box as stored: a still frame
+    assert d.stats.cells_touched == 0
+    assert statuses.count(kframe.PAIRS_DONE) >= 8 and statuses[-1] == kframe.LISTED_STILL

@@ -35,18 +35,22 @@ def _moving_world(n: int, frames: int, seed: int):
     return world, ids, boxes
 
 
-def fixed_cost(seed: int = 1, frames: int = 300, warm: int = 30) -> dict:
-    """Median step time (us) per world size, and the ratios to the largest."""
-    out = {}
-    for n in SMALL_SIZES:
-        world, ids, boxes = _moving_world(n, frames + warm, seed)
-        times = []
-        for i, b in enumerate(boxes):
-            t0 = time.perf_counter()
+def fixed_cost(seed: int = 1, frames: int = 300, warm: int = 30, rounds: int = 5) -> dict:
+    """Median step time (us) per world size, and the ratios to the largest. The sizes take turns, a
+    ``frames / rounds`` run each, so that a change of the machine's load falls on every size alike."""
+    worlds = {n: _moving_world(n, frames + warm, seed) for n in SMALL_SIZES}
+    times: dict[int, list[float]] = {n: [] for n in SMALL_SIZES}
+    for world, ids, boxes in worlds.values():
+        for b in boxes[:warm]:
             world.step(update_ids=ids, update_boxes=b)
-            if i >= warm:
-                times.append(time.perf_counter() - t0)
-        out[n] = float(np.median(times)) * 1e6
+    per = frames // rounds
+    for r in range(rounds):
+        for n, (world, ids, boxes) in worlds.items():
+            for b in boxes[warm + r * per:warm + (r + 1) * per]:
+                t0 = time.perf_counter()
+                world.step(update_ids=ids, update_boxes=b)
+                times[n].append(time.perf_counter() - t0)
+    out = {n: float(np.median(times[n])) * 1e6 for n in SMALL_SIZES}
     big = out[SMALL_SIZES[-1]]
     return dict(step_us={str(n): v for n, v in out.items()},
                 ratio={str(n): out[n] / big for n in SMALL_SIZES[:-1]})

@@ -123,6 +123,8 @@ def warm_up(dims: int, threads: int | None = None, server: str | None = None) ->
     with open_world(cfg, server) as w:
         w.step(add_ids=ids, add_boxes=boxes(c))
         w.step(update_ids=ids[2:], update_boxes=boxes(c[2:] + 0.5))
+        for k in (1, 2):    # the same list again (its boxes kept by row), then a frame in one call
+            w.step(update_ids=ids[2:], update_boxes=boxes(c[2:] + 0.5 + 0.1 * k))
         w.step(remove_ids=ids[:2], add_ids=ids[:2] + 100, add_boxes=boxes(c[:2] - 0.5))
         w.pairs()
     return (time.perf_counter() - t0) * 1e3

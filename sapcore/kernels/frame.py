@@ -6,25 +6,36 @@ dispatch, small numpy operations, the arrays each phase returns) than in its ker
   entries, the touched cells' sizes);
 - ``frame_pairs``: phases 4 to 7 and the flags of phase 8: every touched cell's SAP, then, unless some
   event slice overflowed or some pair set needs room (the caller then goes on the general way from the
-  phase it names), the netting, the merge of few events and the delta's id pairs.
+  phase it names), the netting, the merge of few events and the delta's id pairs;
+- ``frame_listed``: the whole of the commonest frame in one call: the updates of the last frame's list,
+  in its order, and nothing else (a game server sending its objects every tick). Phase 0 (the list
+  repeats, the boxes), then ``frame_cells`` and ``frame_pairs``; it stops where Python must act (a bad
+  box, a cell without room, a frame to run in parallel) and returns what the general phases go on from.
 
 Each calls the same kernels and inlined steps as the general path, so the results are the same.
 """
 import numpy as np
 
-from .._numba import NJIT, njit
+from .._numba import NJIT, NJIT_INLINE, njit
 from .arena import frame_room
 from .grid import grid_rasterize, grid_ranges_serial
 from .merge import cells_net_serial, keys_to_ids, world_merge_small
 from .sap_cell import cells_apply_serial
+from .validate import boxes_check_serial
 
 #: ``frame_pairs`` statuses: what is left to the caller
 PAIRS_DONE = 0          # every phase done, the delta's id pairs returned
 PAIRS_OVERFLOW = 1      # cells applied, some event slice overflowed: recompute them, net, merge
 PAIRS_NET = 2           # cells applied, some pair set needs room: grow them, net, merge
 PAIRS_MERGE = 3         # cells applied and netted, the world's pair table needs room: merge
+#: ``frame_listed``'s own statuses (besides the four above, once it has called ``frame_pairs``)
+LISTED_OTHER = 10       # not the last list's ids in its order (or no rows kept): nothing done
+LISTED_BAD = 11         # a bad box (row, code, axis returned): nothing done
+LISTED_STILL = 12       # every box unchanged: nothing done (the frame is counted by the caller)
+LISTED_ROOM = 13        # phases 2-3's kernels done (frame counted); the caller makes room and goes on
 _S32 = np.uint64(32)
 _LO32 = np.uint64(0xFFFFFFFF)
+_SMALL_SORT = 16        # id_pairs sorts up to this many pairs by insertion
 
 
 @njit(**NJIT)
@@ -53,7 +64,16 @@ def id_pairs(keys, obj_id):
     out = np.empty((k, 2), np.uint64)
     if keys_to_ids(keys, obj_id, lo, hi):
         packed = (lo << _S32) | hi
-        packed.sort()
+        if k > _SMALL_SORT:
+            packed.sort()
+        else:               # a frame's few pairs: an insertion sort, without a quicksort's set-up
+            for i in range(1, k):
+                x = packed[i]
+                j = i - 1
+                while j >= 0 and packed[j] > x:
+                    packed[j + 1] = packed[j]
+                    j -= 1
+                packed[j + 1] = x
         for i in range(k):
             out[i, 0] = packed[i] >> _S32
             out[i, 1] = packed[i] & _LO32
@@ -82,12 +102,17 @@ def frame_pairs(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
     cells_apply_serial(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static, cell_n, cell_base,
                        bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n,
                        ev_plus, swaps)
-    for i in range(rem_h.shape[0]):      # the flags are read by the cells' SAPs alone
-        flag[rem_h[i]] = 0
-    for i in range(upd_h.shape[0]):
-        flag[upd_h[i]] = 0
-    for i in range(add_h.shape[0]):
-        flag[add_h[i]] = 0
+    # the flags are read by the cells' SAPs alone; every other flag is zero: with many objects in the
+    # frame, one sequential pass clears them all for less than their scattered writes
+    if 8 * (rem_h.shape[0] + upd_h.shape[0] + add_h.shape[0]) > flag.shape[0]:
+        flag[:] = 0
+    else:
+        for i in range(rem_h.shape[0]):
+            flag[rem_h[i]] = 0
+        for i in range(upd_h.shape[0]):
+            flag[upd_h[i]] = 0
+        for i in range(add_h.shape[0]):
+            flag[add_h[i]] = 0
     nt = touched.shape[0]
     events = 0
     sw = 0
@@ -114,3 +139,121 @@ def frame_pairs(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
     if not done:
         return PAIRS_MERGE, events, sw, none, none, 0
     return PAIRS_DONE, events, sw, id_pairs(created, obj_id), id_pairs(deleted, obj_id), pairs
+
+
+@njit(**NJIT)
+def _room_arrays(touched, ent_h, ent_off, need, ev_off, ev_cap, counts):
+    """A frame's phase 2-3 arrays packed for the caller in two: int32 ``touched | ent_h`` and int64
+    ``ent_off (T+1) | ev_off (T+1) | ev_cap (T) | need (T) | counts (4T)`` (fewer arrays to return)."""
+    nt = touched.shape[0]
+    ibuf = np.empty(nt + ent_h.shape[0], np.int32)
+    ibuf[:nt] = touched
+    ibuf[nt:] = ent_h
+    lbuf = np.empty(8 * nt + 2, np.int64)
+    lbuf[:nt + 1] = ent_off
+    lbuf[nt + 1:2 * nt + 2] = ev_off
+    lbuf[2 * nt + 2:3 * nt + 2] = ev_cap
+    lbuf[3 * nt + 2:4 * nt + 2] = need
+    lbuf[4 * nt + 2:] = counts.reshape(-1)
+    return ibuf, lbuf
+
+
+def unpack_room(ibuf, lbuf, nt):
+    """``_room_arrays``' two arrays -> (touched, ent_h, ent_off, ev_off, ev_cap, need, counts) views."""
+    return (ibuf[:nt], ibuf[nt:], lbuf[:nt + 1], lbuf[nt + 1:2 * nt + 2], lbuf[2 * nt + 2:3 * nt + 2],
+            lbuf[3 * nt + 2:4 * nt + 2], lbuf[4 * nt + 2:].reshape(4, nt))
+
+
+@njit(**NJIT_INLINE)
+def _same_ids(ids, last_ids):
+    """Are ``ids`` (uint64) the ``last_ids`` (uint32 or uint64) of the same length, in order? (No exit in
+    the loop: it vectorises.)"""
+    d = np.uint64(0)
+    for i in range(ids.shape[0]):
+        d |= ids[i] ^ np.uint64(last_ids[i])
+    return d == 0
+
+
+@njit(**NJIT_INLINE)
+def _rows_check(b, r, same, n, limit, dims):
+    """``boxes_check`` of a frame of the list's rows, in two passes without branches (they vectorise;
+    ``dims`` a constant): ``same[i] = 2`` for a row equal to the list's (as floats), else 0; returns
+    (unchanged rows, every box valid). A box equal to its row was valid when stored; any other is checked
+    with the same rules (no NaN or infinity, ``|value| <= limit``, min <= max), here on every row."""
+    w = 2 * dims
+    unchanged = 0
+    for i in range(n):
+        eq = True
+        for a in range(w):
+            eq &= b[w * i + a] == r[w * i + a]
+        same[i] = np.uint8(2) * np.uint8(eq)
+        unchanged += eq
+    ok = True
+    for j in range(w * n):
+        ok &= abs(b[j]) <= limit            # false for NaN and infinities too
+    for i in range(n):
+        for a in range(dims):
+            ok &= b[w * i + a] <= b[w * i + dims + a]
+    return unchanged, ok
+
+
+@njit(**NJIT)
+def frame_listed(upd, upd_boxes, live, frame, list_ids, list_h, rows, dims, limit, bmin, inv, C, boxes, crange, flag,
+                 cat, msk, static, obj_id, lastpos, cell_n, cell_base, cell_cap, bx_h, bx_pos, ep_key, scratch, kscratch,
+                 cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag, ev_key, shards, g_slots, g_keys,
+                 g_cnt, g_cap, g_n, cell_stamp, cell_tidx, serial_work):
+    """A frame of updates only, the last frame's list (``list_ids``, handles ``list_h``, boxes by row
+    ``rows``) in its order, in one call: what ``World.step`` does for it with ``frame`` its number,
+    with ``frame_cells``, ``frame_pairs`` and the kernels of phase 0 (``list_repeats``,
+    ``boxes_check_serial``). Nothing changes before every box is found valid.
+
+    Returns ``(status, row, code, axis, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created,
+    deleted)`` (arrays None where the status has none: fewer arrays to return): LISTED_OTHER or
+    LISTED_STILL, nothing else; LISTED_BAD, the bad box's row, code and axis;
+    LISTED_ROOM when a touched cell lacks room, the event buffer or the workspace is too small, or the
+    work (``work`` >= ``serial_work``) is for the parallel phases: ``ibuf`` / ``lbuf`` hold phase 2-3's
+    arrays (``unpack_room``), nothing after phase 2-3's kernels is done; else ``frame_pairs``' status,
+    events, swaps, created, deleted and pairs, with ``ibuf`` / ``lbuf`` as for LISTED_ROOM when that
+    status leaves phases to the caller."""
+    noi = list_h[:0]        # (a view: no allocation)
+    nu = upd.shape[0]
+    if nu == 0 or nu != list_ids.shape[0] or rows.shape[0] != nu:
+        return LISTED_OTHER, -1, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, None
+    if not _same_ids(upd, list_ids):
+        return LISTED_OTHER, -1, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, None
+    same = np.empty(nu, np.uint8)
+    b = upd_boxes.reshape(-1)
+    if dims == 2:
+        unchanged, ok = _rows_check(b, rows.reshape(-1), same, nu, limit, 2)
+    else:
+        unchanged, ok = _rows_check(b, rows.reshape(-1), same, nu, limit, 3)
+    if not ok:          # some box is bad: which one, as the general box check names it
+        row, code, axis, unchanged = boxes_check_serial(upd_boxes, dims, limit, boxes, list_h, same, rows,
+                                                         cell_base[:0], True)
+        return LISTED_BAD, row, code, axis, 0, 0, 0, 0, 0, 0, None, None, None, None
+    if unchanged == nu:
+        return LISTED_STILL, -1, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, None
+    # phases 2-3's kernels (phase 1 has nothing to do: no adds, and the list stays); the list's boxes by
+    # row are this frame's, copied whole (one sequential pass, instead of row by row among the rows moved:
+    # an unchanged row may then hold -0.0 for +0.0, which compares equal)
+    touched, ent_off, ent_h, need, grow, ev_off, ev_cap, max_cap, work = frame_cells(
+        dims, bmin, inv, C, boxes, crange, flag, list_h, upd_boxes, noi, upd_boxes[:0],
+        same, rows, 0, lastpos, cell_n, noi, nu - unchanged, live, cell_stamp, cell_tidx, frame, cell_cap, cell_pm_n)
+    src = upd_boxes.reshape(-1)
+    dst = rows.reshape(-1)
+    for j in range(dst.shape[0]):
+        dst[j] = src[j]
+    nt = touched.shape[0]
+    counts = np.empty((4, nt), np.int64)
+    if (grow or ev_off[nt] > ev_key.shape[0] or ev_key.shape[0] > 8 * max(ev_off[nt], 1 << 16)
+            or scratch.shape[2] < max_cap + 1 or work >= serial_work):
+        ibuf, lbuf = _room_arrays(touched, ent_h, ent_off, need, ev_off, ev_cap, counts)
+        return LISTED_ROOM, -1, 0, 0, 0, 0, 0, nt, max_cap, work, ibuf, lbuf, None, None
+    status, events, sw, created, deleted, pairs = frame_pairs(
+        touched, ent_off, ent_h, dims, C, flag, crange, boxes.view(np.uint32), cat, msk, static, cell_n, cell_base,
+        bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag,
+        ev_key, ev_off, ev_cap, counts, shards, g_slots, g_keys, g_cnt, g_cap, g_n, obj_id, noi, list_h, noi)
+    if status == PAIRS_DONE:
+        return status, -1, 0, 0, events, sw, pairs, nt, max_cap, work, None, None, created, deleted
+    ibuf, lbuf = _room_arrays(touched, ent_h, ent_off, need, ev_off, ev_cap, counts)
+    return status, -1, 0, 0, events, sw, pairs, nt, max_cap, work, ibuf, lbuf, None, None
