@@ -38,6 +38,7 @@ import numpy as np
 from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, NJIT_SERIAL, njit, prange
 from .grid import FLAG_MOVED, FLAG_MOVED_CELLS, FLAG_REMOVED, in_crange
 from .hashing import EVENT_REMOVED, pair_key
+from .prefetch import prefetch_flat
 
 
 #: Endpoint keys: ``encode(value) << 32 | is_max << 31 | slot``. Ordering keys by ``key >> 31`` orders
@@ -373,11 +374,32 @@ def _pairs_of_many_entering(n_old, n, base, eb, dims, bx_h, bx_pos, ep_key, cat,
 
 
 @njit(**NJIT_INLINE)
+def _prefetch_cell(c, dims, cell_n, cell_base, bx_h, bx_pos, ep_key):
+    """Request cell c's SAP (its slots, positions and every axis's endpoints) from memory, a cache line
+    at a time: the cell a worker applies next, while it applies the current one. A cell's work is a
+    chain of dependent reads at scattered places of its region (a moved box's endpoints, its
+    neighbours'), each a cache miss when the region is not at hand (sparse3d-100k: most of the apply)."""
+    base = np.int64(cell_base[c])
+    n = np.int64(cell_n[c])
+    for i in range(base, base + n, 16):
+        prefetch_flat(bx_h, i)
+    w = 2 * dims
+    for i in range(base * w, (base + n) * w, 16):
+        prefetch_flat(bx_pos, i)
+    row = ep_key.shape[1]
+    for a in range(dims):
+        for i in range(a * row + 2 * base, a * row + 2 * (base + n) + 1, 8):
+            prefetch_flat(ep_key, i)
+
+
+@njit(**NJIT_INLINE)
 def _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static,
                 cell_n, cell_base, bx_h, bx_pos, ep_key, scratch, kscratch,
                 cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n, ev_plus, swaps, tid):
     """Touched cell t of a frame (steps 1-3 of the module docstring), on worker ``tid``'s workspace."""
     c = touched[t]
+    if t + 1 < touched.shape[0]:
+        _prefetch_cell(touched[t + 1], dims, cell_n, cell_base, bx_h, bx_pos, ep_key)
     eo = ev_off[t]
     cap = ev_off[t + 1] - eo
     base = cell_base[c]
