@@ -58,9 +58,6 @@ _NO_HANDLES = np.zeros(0, np.int32)
 _NO_SAME = np.zeros(0, np.uint8)
 _LO32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
-#: under this many keys, ids of pairs by one ``kframe.id_pairs`` call (measured 0.55x the numpy steps at
-#: 3,000-4,500 keys); above, numpy's vectorised sort is faster (1.1x at 6,000, 1.5x at 8,000)
-_ID_PAIRS_KERNEL_MAX = 5000
 
 
 def auto_cells(dims: int, bounds, n_objects: int, per_cell: float = 32.0) -> tuple:
@@ -415,8 +412,6 @@ class World:
         k = keys.shape[0]
         if k == 0:
             return _EMPTY_PAIRS.copy()
-        if k < _ID_PAIRS_KERNEL_MAX:
-            return kframe.id_pairs(keys, self.objects.id)
         lo = np.empty(k, np.uint64)
         hi = np.empty(k, np.uint64)
         if kmerge.keys_to_ids(keys, self.objects.id, lo, hi):
