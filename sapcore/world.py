@@ -181,7 +181,7 @@ class World:
     def _from_room(self, f) -> Delta:
         """Phases 3 to 8 of a frame whose phase 2 is done."""
         self._make_room(f)              # phase 3
-        if parallel.serial(self._max_threads, f.work):
+        if parallel.serial(self._max_threads, f.work, parallel.MIN_CELL_WORK):
             created, deleted = self._pairs_serial(f)    # phases 4-7 in one call (falls back when it must)
         else:
             self._apply_cells(f)        # phases 4 and 5
@@ -415,10 +415,10 @@ class World:
                 objects.box.view(np.uint32), objects.cat, objects.mask, objects.static, sap.n, sap.base, bx_h, bx_pos,
                 ep_key, self._scratch, self._kscratch, ps.base, ps.n, ps.arrays[1], f.ev_key, f.ev_off, f.ev_n,
                 f.ev_plus, f.swaps)
-        if parallel.serial(self._max_threads, f.work):
+        if parallel.serial(self._max_threads, f.work, parallel.MIN_CELL_WORK):
             ksap.cells_apply_serial(*args)
         else:
-            with parallel.region(self._max_threads, f.work):
+            with parallel.region(self._max_threads, f.work, parallel.MIN_CELL_WORK):
                 ksap.cells_apply(*args)
         self._recompute_overflows(f)
         f.ev_total = int(f.ev_n.sum())

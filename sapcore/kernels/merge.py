@@ -16,6 +16,7 @@ import numpy as np
 from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, NJIT_SERIAL, njit, prange
 from .hashing import EVENT_REMOVED, KEY_MASK, hash_u64
 from .pair_set import pair_set_find, pair_set_find_slot, pair_set_insert, pair_set_remove_slot, pair_set_rehash
+from .prefetch import prefetch_flat
 
 ACTIVE = np.uint8(1)
 NEW = np.uint8(2)
@@ -71,6 +72,18 @@ def _net_touched(t, touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, ce
                  out_n):
     """Touched cell t of ``cells_net`` (its parallel and serial loops)."""
     c = touched[t]
+    if t + 1 < touched.shape[0] and ev_n[t + 1] > 0:
+        # the next cell's pair set is requested from memory while this one is netted (each cell's set is
+        # a region of its own, its first reads would wait for memory)
+        c1 = touched[t + 1]
+        sb1 = cell_pm_base[c1]
+        cap1 = cell_pm_cap[c1]
+        for i in range(sb1, sb1 + cap1, 16):
+            prefetch_flat(pm_slots, i)
+        for i in range(sb1 // 2, sb1 // 2 + cell_pm_n[c1], 8):
+            prefetch_flat(pm_keys, i)
+        for i in range(sb1 // 2, sb1 // 2 + cell_pm_n[c1], 64):
+            prefetch_flat(pm_flag, i)
     if ev_n[t] == 0:
         out_n[t] = 0
         return
@@ -146,6 +159,11 @@ def world_bucket(ev_key, ev_off, out_n, shards):
     return out, off
 
 
+#: events ahead whose slot (``_AHEAD2``) and pair (``_AHEAD1``) in the world table are prefetched
+_AHEAD1 = 8
+_AHEAD2 = 16
+
+
 @njit(**NJIT_INLINE)
 def _merge_shard(s, events, off, g_slots, g_keys, g_cnt, cap, g_n, created, deleted):
     """Merge shard s's events (``world_merge``); returns (created, deleted) counts, written from
@@ -160,7 +178,17 @@ def _merge_shard(s, events, off, g_slots, g_keys, g_cnt, cap, g_n, created, dele
     ch_orig = np.empty(m, np.int32)
     ch_p = np.empty(m, np.int64)
     nc = 0
+    mask = np.uint64(cap - 1)
     for r in range(m):
+        # the table is far bigger than a cache: the slot of the event _AHEAD2 ahead is requested from
+        # memory, and the pair (key, count) of the event _AHEAD1 ahead, whose slot is at hand by then
+        if r + _AHEAD2 < m:
+            prefetch_flat(g_slots, sb + np.int64(hash_u64(events[lo + r + _AHEAD2] & KEY_MASK) & mask))
+        if r + _AHEAD1 < m:
+            q = g_slots[sb + np.int64(hash_u64(events[lo + r + _AHEAD1] & KEY_MASK) & mask)]
+            if q >= 0:
+                prefetch_flat(g_keys, pb + q)
+                prefetch_flat(g_cnt, pb + q)
         ek = events[lo + r]
         key = ek & KEY_MASK
         p = pair_set_find(g_slots, g_keys, sb, cap, pb, key)

@@ -31,8 +31,36 @@ def _prefetch_row(typingctx, arr, row):
     return sig, codegen
 
 
+def _prefetch_flat(typingctx, arr, index):
+    """Prefetch the cache line of the element at flat position ``index`` of a C-contiguous array (for
+    writing too): ``arr.ravel()[index]`` without making the view."""
+    if not isinstance(arr, types.Array) or arr.layout != "C" or not isinstance(index, types.Integer):
+        return None
+    sig = types.void(arr, index)
+
+    def codegen(context, builder, signature, args):
+        aty, _ = signature.args
+        ary = context.make_array(aty)(context, builder, args[0])
+        idx = context.cast(builder, args[1], signature.args[1], types.intp)
+        size = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(aty.dtype)))
+        base = builder.ptrtoint(ary.data, cgutils.intp_t)
+        addr = builder.inttoptr(builder.add(base, builder.mul(idx, size)), ir.IntType(8).as_pointer())
+        fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32),
+                                               ir.IntType(32)])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        builder.call(fn, [addr, ir.Constant(ir.IntType(32), 1), ir.Constant(ir.IntType(32), 3),
+                          ir.Constant(ir.IntType(32), 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 if numba.config.DISABLE_JIT:
     def prefetch_row(arr, row):
         """(Kernels run as Python: nothing to prefetch.)"""
+
+    def prefetch_flat(arr, index):
+        """(Kernels run as Python: nothing to prefetch.)"""
 else:
     prefetch_row = intrinsic(_prefetch_row)
+    prefetch_flat = intrinsic(_prefetch_flat)

@@ -38,6 +38,7 @@ import numpy as np
 from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, NJIT_SERIAL, njit, prange
 from .grid import FLAG_MOVED, FLAG_MOVED_CELLS, FLAG_REMOVED, in_crange
 from .hashing import EVENT_REMOVED, pair_key
+from .prefetch import prefetch_flat
 
 
 #: Endpoint keys: ``encode(value) << 32 | is_max << 31 | slot``. Ordering keys by ``key >> 31`` orders
@@ -152,12 +153,17 @@ def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key,
 
 @njit(**NJIT_INLINE)
 def _write_values(es, a, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u):
-    """The current box of slot es, on axis a, into its two endpoint keys (positions unchanged)."""
+    """The current box of slot es, on axis a, into its two endpoint keys (positions unchanged); returns
+    the two new keys (min, max), which the caller uses as they are: reading a key back right after
+    writing it waits for the write to reach the cache (the store cannot be forwarded to the load)."""
     h = bx_h[base + es]
     p0 = eb + bx_pos[base + es, 2 * a]
     p1 = eb + bx_pos[base + es, 2 * a + 1]
-    ep_key[a, p0] = (encode(boxes_u[h, a]) << _S32) | (ep_key[a, p0] & LOW32)
-    ep_key[a, p1] = (encode(boxes_u[h, dims + a]) << _S32) | (ep_key[a, p1] & LOW32)
+    k0 = (encode(boxes_u[h, a]) << _S32) | (ep_key[a, p0] & LOW32)
+    k1 = (encode(boxes_u[h, dims + a]) << _S32) | (ep_key[a, p1] & LOW32)
+    ep_key[a, p0] = k0
+    ep_key[a, p1] = k1
+    return k0, k1
 
 
 @njit(**NJIT_INLINE)
@@ -185,11 +191,10 @@ def _swap_event(es, ps, em, step, base, dims, a, bx_h, bx_pos, cat, msk, static,
 
 
 @njit(**NJIT_INLINE)
-def _move_endpoint(i, few, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static, ev_key, eo, cap, cnt,
-                   sw):
-    """Move the endpoint at position i of axis a left (or, with ``few``, right) to its place, applying
-    the rules at every min/max swap. Returns (event count, swaps)."""
-    kv = ep_key[a, eb + i]
+def _move_endpoint(i, kv, few, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static, ev_key, eo, cap,
+                   cnt, sw):
+    """Move the endpoint at position i of axis a, whose key is kv, left (or, with ``few``, right) to its
+    place, applying the rules at every min/max swap. Returns (event count, swaps)."""
     hv = kv >> _S31
     em = np.int64(hv & _ONE)
     es = np.int64(kv & SLOT_MASK)
@@ -243,21 +248,25 @@ def _update_moved(moved, n, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, 
     for a in range(dims):
         nitems = 2 * moved if few else 2 * n - 1
         first_max = False
+        k0 = _ONE
+        k1 = _ONE
         for it in range(nitems):
             if few:
                 es = scratch[tid, 1, it >> 1]
                 if (it & 1) == 0:
                     # one box at a time: its new values go in just before its endpoints move, so the
                     # rest of the axis is sorted while they do
-                    _write_values(es, a, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u)
+                    k0, k1 = _write_values(es, a, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u)
                     pmx = bx_pos[base + es, 2 * a + 1]
-                    first_max = pmx < 2 * n and (ep_key[a, eb + pmx] >> _S31) > (ep_key[a, eb + pmx + 1] >> _S31)
+                    first_max = pmx < 2 * n and (k1 >> _S31) > (ep_key[a, eb + pmx + 1] >> _S31)
                 em = 1 if first_max == ((it & 1) == 0) else 0
                 i = bx_pos[base + es, 2 * a + em]
+                kv = k1 if em == 1 else k0
             else:
                 i = it + 2
-            cnt, sw = _move_endpoint(i, few, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static, ev_key,
-                                     eo, cap, cnt, sw)
+                kv = ep_key[a, eb + i]
+            cnt, sw = _move_endpoint(i, kv, few, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static,
+                                     ev_key, eo, cap, cnt, sw)
     return cnt, sw
 
 
@@ -365,11 +374,32 @@ def _pairs_of_many_entering(n_old, n, base, eb, dims, bx_h, bx_pos, ep_key, cat,
 
 
 @njit(**NJIT_INLINE)
+def _prefetch_cell(c, dims, cell_n, cell_base, bx_h, bx_pos, ep_key):
+    """Request cell c's SAP (its slots, positions and every axis's endpoints) from memory, a cache line
+    at a time: the cell a worker applies next, while it applies the current one. A cell's work is a
+    chain of dependent reads at scattered places of its region (a moved box's endpoints, its
+    neighbours'), each a cache miss when the region is not at hand (sparse3d-100k: most of the apply)."""
+    base = np.int64(cell_base[c])
+    n = np.int64(cell_n[c])
+    for i in range(base, base + n, 16):
+        prefetch_flat(bx_h, i)
+    w = 2 * dims
+    for i in range(base * w, (base + n) * w, 16):
+        prefetch_flat(bx_pos, i)
+    row = ep_key.shape[1]
+    for a in range(dims):
+        for i in range(a * row + 2 * base, a * row + 2 * (base + n) + 1, 8):
+            prefetch_flat(ep_key, i)
+
+
+@njit(**NJIT_INLINE)
 def _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static,
                 cell_n, cell_base, bx_h, bx_pos, ep_key, scratch, kscratch,
                 cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n, ev_plus, swaps, tid):
     """Touched cell t of a frame (steps 1-3 of the module docstring), on worker ``tid``'s workspace."""
     c = touched[t]
+    if t + 1 < touched.shape[0]:
+        _prefetch_cell(touched[t + 1], dims, cell_n, cell_base, bx_h, bx_pos, ep_key)
     eo = ev_off[t]
     cap = ev_off[t + 1] - eo
     base = cell_base[c]
