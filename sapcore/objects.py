@@ -73,12 +73,8 @@ class ObjectStore:
             keys, vals = np.zeros(cap, np.uint64), np.full(cap, -1, np.int32)
             kid.idmap_rebuild(self.idk, self.idv, keys, vals)
             self.idk, self.idv = keys, vals
-        kid.idmap_insert_many(self.idk, self.idv, ids, handles)
-        self.id[handles] = ids
-        self.cat[handles] = cat
-        self.mask[handles] = mask
-        self.static[handles] = static
-        self.alive[handles] = 1
+        kid.objects_admit(self.idk, self.idv, ids, handles, cat, mask, static, self.id, self.cat, self.mask,
+                          self.static, self.alive)
 
     def release(self, ids, handles) -> None:
         """Removed objects: out of the id map, their handles free for later frames."""

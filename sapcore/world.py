@@ -67,6 +67,7 @@ _NO_HANDLES = np.zeros(0, np.int32)
 _NO_SAME = np.zeros(0, np.uint8)
 _LO32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
+RADIX_SORT_MIN = 1 << 11         # a delta of this many pairs or more: kmerge.id_pairs_sorted (a radix sort)
 
 
 def auto_cells(dims: int, bounds, n_objects: int, per_cell: float = 32.0) -> tuple:
@@ -514,6 +515,10 @@ class World:
         k = keys.shape[0]
         if k == 0:
             return _EMPTY_PAIRS.copy()
+        if k >= RADIX_SORT_MIN:
+            out = np.empty((k, 2), np.uint64)
+            if kmerge.id_pairs_sorted(keys, self.objects.id, out):
+                return out
         lo = np.empty(k, np.uint64)
         hi = np.empty(k, np.uint64)
         if kmerge.keys_to_ids(keys, self.objects.id, lo, hi):

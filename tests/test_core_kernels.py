@@ -128,10 +128,12 @@ def test_net_equals_the_difference_of_states(before, toggles):
     assert state == live
 
 
+@pytest.mark.parametrize("ascending", [False, True])
 @pytest.mark.parametrize("cells", [(4, 3, 1), (64, 64, 1), (3, 2, 2)])
-def test_spatial_order_gives_handles_in_grid_order(cells):
+def test_spatial_order_gives_handles_in_grid_order(cells, ascending):
     """New objects get their handles in the grid order of their min corners (both sort paths), each
-    handle exactly once, frame order kept inside a cell; coordinates far outside the bounds wrap."""
+    handle exactly once, frame order kept inside a cell; coordinates far outside the bounds wrap.
+    ascending: fresh handles in order, as a batch insert reserves them (handed out without sorting)."""
     from sapcore.kernels import grid as kgrid
     rng = np.random.default_rng(sum(cells))
     dims = 3 if cells[2] > 1 else 2
@@ -143,7 +145,9 @@ def test_spatial_order_gives_handles_in_grid_order(cells):
     lo = rng.uniform(-25.0, 35.0, (n, dims)).astype(np.float32)
     lo[0] = 1e30                                     # clamped, then wrapped: still some cell
     boxes = np.concatenate([lo, lo + 1], 1).astype(np.float32)
-    handles = rng.permutation(np.arange(1000, 1000 + 3 * n, 3)).astype(np.int32)
+    handles = np.arange(1000, 1000 + 3 * n, 3).astype(np.int32)
+    if not ascending:
+        handles = rng.permutation(handles)
     given_h = handles.copy()
     crange = np.zeros((4000, 6), np.int16)
     kgrid.spatial_order(dims, bmin, inv, C, boxes, handles, crange, 0)        # all fresh
@@ -170,3 +174,32 @@ def test_spatial_order_hands_reused_handles_out_by_their_last_cell():
     # the new objects in cell order: row 1 (cell 0), row 3 (cell 1), row 2 (cell 2), row 0 (cell 3);
     # the handles in the order of their last cells: 9 (cell 0), 3 (cell 2), 5 (cell 3), then fresh 17
     assert handles.tolist() == [17, 9, 5, 3]
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=300), st.integers(0, 63))
+def test_radix_sort_equals_numpy_sort(values, shift):
+    """sort_u64 (the radix sort of large deltas' id pairs): numpy's order for any keys, duplicates, the
+    largest keys, and keys of few bits (fewer passes)."""
+    a = np.array(values, np.uint64) >> np.uint64(shift)
+    given_a = a.copy()
+    out = kmerge.sort_u64(a)
+    assert np.array_equal(out, np.sort(a)) and np.array_equal(a, given_a)
+
+
+def test_id_pairs_sorted_are_the_sorted_id_pairs_of_the_keys():
+    """Handle-pair keys -> sorted (low id, high id) rows in one pass; False (out untouched) when an id does
+    not fit in 32 bits."""
+    rng = np.random.default_rng(5)
+    n, k = 5000, 20000
+    obj_id = rng.permutation(np.arange(10, 10 + 3 * n, 3)).astype(np.uint64)
+    a, b = rng.integers(0, n, k), rng.integers(0, n, k)
+    keys = (np.maximum(a, b).astype(np.uint64) << np.uint64(32)) | np.minimum(a, b).astype(np.uint64)
+    out = np.zeros((k, 2), np.uint64)
+    assert kmerge.id_pairs_sorted(keys, obj_id, out)
+    lo, hi = np.minimum(obj_id[a], obj_id[b]), np.maximum(obj_id[a], obj_id[b])
+    order = np.lexsort((hi, lo))
+    assert np.array_equal(out, np.stack([lo[order], hi[order]], 1))
+    obj_id[int(a[7])] = np.uint64(2**40)
+    out[:] = 0
+    assert not kmerge.id_pairs_sorted(keys, obj_id, out) and not out.any()

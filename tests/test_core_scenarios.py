@@ -388,3 +388,25 @@ def test_a_world_rebuilt_from_its_objects_continues_like_the_original():
     with pytest.raises(FrameError) as ei:
         w.filters([live[0], ids[0]])                       # ids[0] was removed
     assert ei.value.field == "ids" and ei.value.index == 1
+
+
+@pytest.mark.parametrize("id_base", [0, 2**40])
+def test_large_deltas_are_sorted_and_exact(id_base):
+    """Deltas of thousands of pairs (a batch insert, everything moving, half removed) take the radix sort of
+    packed id pairs (``RADIX_SORT_MIN``); ids beyond 32 bits take the general sort. Both exact, sorted."""
+    import sapcore.world as sw
+
+    n = 600 if NO_JIT else 3000
+    rng = np.random.default_rng(11)
+    tw = Twin(cfg2(cells=(8, 8), bounds=(0.0, 0.0, 40.0, 40.0), threads=2), queries_per_frame=1)
+    ids = (np.uint64(id_base) + rng.permutation(10 * n)[:n].astype(np.uint64))
+    lo = rng.uniform(0.0, 38.0, (n, 2))
+    size = rng.uniform(0.5, 2.5, (n, 2))
+    boxes = np.concatenate([lo, lo + size], 1).astype(np.float32)
+    d = tw.step(add_ids=ids, add_boxes=boxes)
+    assert NO_JIT or len(d.created) >= sw.RADIX_SORT_MIN
+    boxes[:, :2] += rng.uniform(-1.5, 1.5, (n, 2)).astype(np.float32)
+    boxes[:, 2:] = boxes[:, :2] + size.astype(np.float32)
+    tw.step(update_ids=ids, update_boxes=boxes)
+    d = tw.step(remove_ids=ids[::2])
+    assert NO_JIT or len(d.deleted) >= sw.RADIX_SORT_MIN

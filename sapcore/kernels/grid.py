@@ -177,17 +177,26 @@ def spatial_order(dims, bmin, inv, C, boxes, handles, crange, fresh):
             c = c * C[a] + q
         key[i] = c
     # the handles in the order they are handed out: reused ones by their last object's cell, then fresh
-    pk = np.empty(k, np.int64)
-    for i in range(k):
-        h = handles[i]
-        if h < fresh:
-            pk[i] = ((np.int64(crange[h, 0]) * C[1] + crange[h, 1]) * C[2] + crange[h, 2]) * (np.int64(1) << 32) + h
-        else:
-            pk[i] = ncell * (np.int64(1) << 32) + h
-    pk.sort()
+    # (only fresh ones, ascending, as ``ObjectStore.reserve`` gives them to a batch insert: already in order)
     pool = np.empty(k, handles.dtype)
+    ordered = True
     for i in range(k):
-        pool[i] = pk[i] & ((np.int64(1) << 32) - 1)
+        if handles[i] < fresh or (i and handles[i] <= handles[i - 1]):
+            ordered = False
+            break
+    if ordered:
+        pool[:] = handles
+    else:
+        pk = np.empty(k, np.int64)
+        for i in range(k):
+            h = handles[i]
+            if h < fresh:
+                pk[i] = ((np.int64(crange[h, 0]) * C[1] + crange[h, 1]) * C[2] + crange[h, 2]) * (np.int64(1) << 32) + h
+            else:
+                pk[i] = ncell * (np.int64(1) << 32) + h
+        pk.sort()
+        for i in range(k):
+            pool[i] = pk[i] & ((np.int64(1) << 32) - 1)
     if ncell > 8 * k:
         order = np.argsort(key, kind="mergesort")
         for r in range(k):

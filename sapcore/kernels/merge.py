@@ -286,6 +286,69 @@ def keys_to_ids(keys, obj_id, lo, hi):
     return small
 
 
+RADIX_BITS = 11                 # digit of sort_u64: 2,048 counters (16 KiB) stay in the L1 cache
+
+
+@njit(**NJIT)
+def sort_u64(a):
+    """``a`` (uint64) sorted ascending, as a new array: least-significant-digit radix sort, 11 bits a pass,
+    only as many passes as the largest key has bits. A delta's packed id pairs (``lo << 32 | hi``) of a
+    100k-pair frame: ~1 ms against ~3.8 ms for ``np.sort`` on the development VM."""
+    n = a.shape[0]
+    src = a.copy()
+    if n < 2:
+        return src
+    top = src.max()
+    bits = 0
+    while bits < 64 and (top >> np.uint64(bits)) != np.uint64(0):
+        bits += 1
+    dst = np.empty_like(src)
+    digits = 1 << RADIX_BITS
+    mask = np.uint64(digits - 1)
+    count = np.empty(digits, np.int64)
+    shift = 0
+    while shift < bits:
+        s = np.uint64(shift)
+        count[:] = 0
+        for i in range(n):
+            count[np.int64((src[i] >> s) & mask)] += 1
+        total = 0
+        for d in range(digits):
+            c = count[d]
+            count[d] = total
+            total += c
+        for i in range(n):
+            d = np.int64((src[i] >> s) & mask)
+            dst[count[d]] = src[i]
+            count[d] += 1
+        src, dst = dst, src
+        shift += RADIX_BITS
+    return src
+
+
+@njit(**NJIT)
+def id_pairs_sorted(keys, obj_id, out):
+    """Handle-pair keys -> their id pairs as sorted rows (low id, high id) in ``out`` (uint64 [K, 2]) when
+    every id fits in 32 bits (packed ``lo << 32 | hi`` and radix-sorted, one pass over the keys); returns
+    False, ``out`` untouched, when an id is larger (the caller sorts the pairs otherwise)."""
+    k = keys.shape[0]
+    packed = np.empty(k, np.uint64)
+    top = np.uint64(0xFFFFFFFF)
+    for i in range(k):
+        a = obj_id[np.int64(keys[i] >> np.uint64(32))]
+        b = obj_id[np.int64(keys[i] & top)]
+        if a > b:
+            a, b = b, a
+        if b > top:
+            return False
+        packed[i] = (a << np.uint64(32)) | b
+    packed = sort_u64(packed)
+    for i in range(k):
+        out[i, 0] = packed[i] >> np.uint64(32)
+        out[i, 1] = packed[i] & top
+    return True
+
+
 @njit(**NJIT)
 def gather_runs(src, off, counts):
     """Concatenate the runs ``src[off[s]:off[s] + counts[s]]``."""
