@@ -1,6 +1,7 @@
 """numba settings shared by every sapcore kernel (one place, as stumpy's config.py).
 
-Kernels are compiled once and cached on disk (``cache=True``); they release the GIL (``nogil=True``)
+Kernels are compiled once and cached on disk (``cache=True``, in ``CACHE_DIR``: one directory per version
+of sapcore's sources, see ``sources_digest``); they release the GIL (``nogil=True``)
 so the server's other calls and worlds keep running while a frame is applied. No kernel takes a
 callback, so every one of them can be cached.
 """
@@ -12,10 +13,42 @@ import os
 # its OpenMP layer; an explicit setting by the user wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import hashlib  # noqa: E402
 import warnings  # noqa: E402
 
 import numba  # noqa: E402
 from numba.core.errors import NumbaPerformanceWarning  # noqa: E402
+
+
+def sources_digest() -> str:
+    """A digest of every sapcore source file (names and bytes).
+
+    numba keys a cached kernel by its own file's time stamp and size only: a kernel that inlines a helper of
+    another file (``NJIT_INLINE``) keeps its old machine code after that file alone changes. So the cache
+    lives in a directory named by this digest: any change of sapcore's sources (an upgrade, a patch) starts
+    a fresh cache instead of running stale inlined code."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(f for f in filenames if f.endswith(".py")):
+            path = os.path.join(dirpath, name)
+            h.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as fh:
+                h.update(fh.read())
+    return h.hexdigest()[:16]
+
+
+def _cache_dir() -> str:
+    """Where the kernels are cached: ``NUMBA_CACHE_DIR`` (or the user's cache directory,
+    ``$XDG_CACHE_HOME/sapgrid/numba``) / ``sapcore-<sources_digest>``."""
+    base = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "sapgrid", "numba")
+    return os.path.join(base, f"sapcore-{sources_digest()}")
+
+
+# read by numba when each kernel module's decorators run (they import this module first)
+numba.config.CACHE_DIR = CACHE_DIR = _cache_dir()
 
 # a serial twin (NJIT_SERIAL) has no loop to parallelise on purpose: numba's note about it is noise
 warnings.filterwarnings("ignore", message=r"(?s).*no transformation for parallel execution was possible",
