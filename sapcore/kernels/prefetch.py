@@ -8,6 +8,17 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 
+def _prefetch(builder, data, offset) -> None:
+    """Emit LLVM's prefetch of the cache line at byte ``offset`` from the pointer ``data`` (for writing,
+    high locality, data cache)."""
+    base = builder.ptrtoint(data, cgutils.intp_t)
+    addr = builder.inttoptr(builder.add(base, offset), ir.IntType(8).as_pointer())
+    i32 = ir.IntType(32)
+    fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+    builder.call(fn, [addr, ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+
+
 def _prefetch_row(typingctx, arr, row):
     """Prefetch the first cache line of ``arr[row]`` (2-D C-contiguous array; for writing too)."""
     if not isinstance(arr, types.Array) or not isinstance(row, types.Integer):
@@ -19,13 +30,7 @@ def _prefetch_row(typingctx, arr, row):
         ary = context.make_array(aty)(context, builder, args[0])
         idx = context.cast(builder, args[1], signature.args[1], types.intp)
         stride = builder.extract_value(ary.strides, 0)
-        base = builder.ptrtoint(ary.data, cgutils.intp_t)
-        addr = builder.inttoptr(builder.add(base, builder.mul(idx, stride)), ir.IntType(8).as_pointer())
-        fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32),
-                                               ir.IntType(32)])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        builder.call(fn, [addr, ir.Constant(ir.IntType(32), 1), ir.Constant(ir.IntType(32), 3),
-                          ir.Constant(ir.IntType(32), 1)])
+        _prefetch(builder, ary.data, builder.mul(idx, stride))
         return context.get_dummy_value()
 
     return sig, codegen
@@ -43,13 +48,7 @@ def _prefetch_flat(typingctx, arr, index):
         ary = context.make_array(aty)(context, builder, args[0])
         idx = context.cast(builder, args[1], signature.args[1], types.intp)
         size = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(aty.dtype)))
-        base = builder.ptrtoint(ary.data, cgutils.intp_t)
-        addr = builder.inttoptr(builder.add(base, builder.mul(idx, size)), ir.IntType(8).as_pointer())
-        fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32),
-                                               ir.IntType(32)])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        builder.call(fn, [addr, ir.Constant(ir.IntType(32), 1), ir.Constant(ir.IntType(32), 3),
-                          ir.Constant(ir.IntType(32), 1)])
+        _prefetch(builder, ary.data, builder.mul(idx, size))
         return context.get_dummy_value()
 
     return sig, codegen
