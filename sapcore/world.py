@@ -515,15 +515,14 @@ class World:
         k = keys.shape[0]
         if k == 0:
             return _EMPTY_PAIRS.copy()
-        if k >= RADIX_SORT_MIN:
-            out = np.empty((k, 2), np.uint64)
-            if kmerge.id_pairs_sorted(keys, self.objects.id, out):
-                return out
         lo = np.empty(k, np.uint64)
         hi = np.empty(k, np.uint64)
         if kmerge.keys_to_ids(keys, self.objects.id, lo, hi):
-            packed = np.sort((lo << _S32) | hi)
             out = np.empty((k, 2), np.uint64)
+            if k >= RADIX_SORT_MIN:
+                kmerge.id_pairs_sorted(lo, hi, out)
+                return out
+            packed = np.sort((lo << _S32) | hi)
             np.right_shift(packed, _S32, out=out[:, 0])
             np.bitwise_and(packed, _LO32, out=out[:, 1])
             return out

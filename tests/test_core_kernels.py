@@ -188,18 +188,18 @@ def test_radix_sort_equals_numpy_sort(values, shift):
 
 
 def test_id_pairs_sorted_are_the_sorted_id_pairs_of_the_keys():
-    """Handle-pair keys -> sorted (low id, high id) rows in one pass; False (out untouched) when an id does
-    not fit in 32 bits."""
+    """Handle-pair keys -> their ids (keys_to_ids) -> sorted (low id, high id) rows by the radix sort; an id
+    beyond 32 bits is reported by keys_to_ids (the caller sorts those pairs otherwise)."""
     rng = np.random.default_rng(5)
     n, k = 5000, 20000
     obj_id = rng.permutation(np.arange(10, 10 + 3 * n, 3)).astype(np.uint64)
     a, b = rng.integers(0, n, k), rng.integers(0, n, k)
     keys = (np.maximum(a, b).astype(np.uint64) << np.uint64(32)) | np.minimum(a, b).astype(np.uint64)
-    out = np.zeros((k, 2), np.uint64)
-    assert kmerge.id_pairs_sorted(keys, obj_id, out)
-    lo, hi = np.minimum(obj_id[a], obj_id[b]), np.maximum(obj_id[a], obj_id[b])
-    order = np.lexsort((hi, lo))
-    assert np.array_equal(out, np.stack([lo[order], hi[order]], 1))
+    lo, hi, out = np.empty(k, np.uint64), np.empty(k, np.uint64), np.zeros((k, 2), np.uint64)
+    assert kmerge.keys_to_ids(keys, obj_id, lo, hi)
+    kmerge.id_pairs_sorted(lo, hi, out)
+    lo2, hi2 = np.minimum(obj_id[a], obj_id[b]), np.maximum(obj_id[a], obj_id[b])
+    order = np.lexsort((hi2, lo2))
+    assert np.array_equal(out, np.stack([lo2[order], hi2[order]], 1))
     obj_id[int(a[7])] = np.uint64(2**40)
-    out[:] = 0
-    assert not kmerge.id_pairs_sorted(keys, obj_id, out) and not out.any()
+    assert not kmerge.keys_to_ids(keys, obj_id, lo, hi)
