@@ -155,6 +155,24 @@ async def _paced_stream(stub, requests: list, hz: float, seconds: float, start: 
     return done
 
 
+_NO_ECHO = (" (the server does not serve the bench-only EchoService: start it with `sapgrid serve --echo`, "
+            "or use --server spawn)")
+
+
+async def _echo_served(stub) -> None:
+    """Ask the EchoService once with a unary call before opening its streams. A stream's first write to a
+    server without the service races with the call's end: grpc.aio then reports the call as INTERNAL
+    ("Internal error from Core") instead of the server's UNIMPLEMENTED (grpc/grpc#36066); a unary
+    call carries its request with the call itself, so its status is the server's."""
+    from sapgrid.client.errors import make_error
+
+    try:
+        await stub.Echo(echo_pb.EchoRequest(), timeout=60)
+    except grpc.aio.AioRpcError as e:
+        hint = _NO_ECHO if e.code() == grpc.StatusCode.UNIMPLEMENTED else ""
+        raise make_error(e.code(), f"Echo: {e.details()}{hint}") from None
+
+
 async def _echo_stream(stub, payload: bytes, reply: int, hz: float, seconds: float, start: _Start, k: int,
                        rtts: list) -> int:
     """The frames' schedule (``_paced_stream``) over the bare EchoService: the transport alone."""
@@ -181,8 +199,7 @@ async def _echo_stream(stub, payload: bytes, reply: int, hz: float, seconds: flo
         await call.done_writing()
     except asyncio.InvalidStateError:          # the call ended (e.g. UNIMPLEMENTED: a server without --echo)
         code = await call.code()
-        hint = (" (the server does not serve the bench-only EchoService: start it with `sapgrid serve --echo`, "
-                "or use --server spawn)" if code == grpc.StatusCode.UNIMPLEMENTED else "")
+        hint = _NO_ECHO if code == grpc.StatusCode.UNIMPLEMENTED else ""
         raise make_error(code, f"EchoStream: {await call.details()}{hint}") from None
     return i
 
@@ -229,6 +246,7 @@ async def _echo(address: str, frames: dict, hz: float, seconds: float, aligned: 
     payload, reply = sample.SerializeToString(), 120            # a delta of a moving 1k world is ~100 B
     async with _aio_channel(address) as channel:
         stub = echo_grpc.EchoServiceStub(channel)
+        await _echo_served(stub)
         start = _Start(len(frames), hz, aligned)
         rtts: list[float] = []
         done = await asyncio.gather(*(_echo_stream(stub, payload, reply, hz, seconds, start, k, rtts)
