@@ -47,8 +47,45 @@ def _cache_dir() -> str:
     return os.path.join(base, f"sapcore-{sources_digest()}")
 
 
+#: A cache directory of another version of sapcore's sources that no process has started from for this long
+#: is removed when sapcore is imported (each upgrade or patch leaves one behind: 5-50 MB each).
+STALE_CACHE_DAYS = 30
+
+
+def prune_stale_caches(cache_dir: str, days: float = STALE_CACHE_DAYS, now: float | None = None) -> list[str]:
+    """Mark ``cache_dir`` as in use (its time stamp: every start of sapcore touches it) and remove its
+    siblings ``sapcore-*`` not touched for ``days``; return the removed paths. Best effort: a directory
+    another process removes or uses meanwhile, or one this user may not remove, is left alone (numba
+    recompiles a kernel whose cache files went away)."""
+    import shutil
+    import time
+
+    now = time.time() if now is None else now
+    base = os.path.dirname(cache_dir)
+    try:
+        if os.path.isdir(cache_dir):
+            os.utime(cache_dir, (now, now))
+        names = os.listdir(base)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        path = os.path.join(base, name)
+        if not name.startswith("sapcore-") or path == cache_dir:
+            continue
+        try:
+            if not os.path.isdir(path) or now - os.stat(path).st_mtime < days * 86400:
+                continue
+            shutil.rmtree(path)
+            removed.append(path)
+        except OSError:
+            continue
+    return removed
+
+
 # read by numba when each kernel module's decorators run (they import this module first)
 numba.config.CACHE_DIR = CACHE_DIR = _cache_dir()
+prune_stale_caches(CACHE_DIR)
 
 # a serial twin (NJIT_SERIAL) has no loop to parallelise on purpose: numba's note about it is noise
 warnings.filterwarnings("ignore", message=r"(?s).*no transformation for parallel execution was possible",

@@ -32,3 +32,26 @@ def test_the_cache_directory_follows_every_source_file(tmp_path):
     assert changed != digest and where2 == str(tmp_path / "cache" / f"sapcore-{changed}")
     home = {"NUMBA_CACHE_DIR": "", "XDG_CACHE_HOME": str(tmp_path / "xdg")}
     assert _digest_and_dir(copy, home)[1] == str(tmp_path / "xdg" / "sapgrid" / "numba" / f"sapcore-{changed}")
+
+
+def test_cache_directories_of_other_versions_go_once_stale(tmp_path):
+    """Every start touches its own cache directory; another version's, untouched for STALE_CACHE_DAYS, is
+    removed; a recent one (another install in use) and anything not ``sapcore-*`` stay."""
+    from sapcore import _numba
+
+    now = 1_000_000_000.0
+    day = 86400
+    mine, recent, stale, other = (tmp_path / n for n in ("sapcore-aaaa", "sapcore-bbbb", "sapcore-cccc", "keep"))
+    for d in (mine, recent, stale, other):
+        d.mkdir()
+        (d / "k.nbi").write_bytes(b"x")
+    old = now - (_numba.STALE_CACHE_DAYS + 1) * day
+    os.utime(mine, (old, old))                        # this version's, itself old: touched, never removed
+    os.utime(recent, (now - day, now - day))
+    os.utime(stale, (old, old))
+    os.utime(other, (old, old))
+    removed = _numba.prune_stale_caches(str(mine), now=now)
+    assert removed == [str(stale)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "sapcore-aaaa", "sapcore-bbbb"]
+    assert os.stat(mine).st_mtime == now
+    assert _numba.prune_stale_caches(str(tmp_path / "missing" / "sapcore-dddd"), now=now) == []
