@@ -23,7 +23,9 @@ from numba.experimental import structref
 from .._numba import NJIT, NJIT_INLINE, njit
 from .arena import frame_room
 from .grid import grid_rasterize, grid_ranges_serial
-from .merge import cells_net_serial, keys_to_ids, world_merge_small
+from .hashing import EVENT_REMOVED, KEY_MASK
+from .merge import _TOUCH, cells_net_serial, world_shard
+from .pair_set import pair_set_find, pair_set_find_slot, pair_set_insert, pair_set_remove_slot
 from .sap_cell import cells_apply_serial
 from .validate import boxes_check_serial
 
@@ -39,7 +41,7 @@ LISTED_STILL = 12       # every box unchanged: nothing done (the frame is counte
 LISTED_ROOM = 13        # phases 2-3's kernels done (frame counted); the caller makes room and goes on
 _S32 = np.uint64(32)
 _LO32 = np.uint64(0xFFFFFFFF)
-_SMALL_SORT = 16        # id_pairs sorts up to this many pairs by insertion
+_SMALL_SORT = 16        # _ids_sorted sorts up to this many pairs by insertion
 
 
 @njit(**NJIT)
@@ -59,35 +61,144 @@ def frame_cells(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
     return touched, ent_off, ent_h, need, grow, ev_off, ev_cap, max_cap, work
 
 
-@njit(**NJIT)
-def id_pairs(keys, obj_id):
-    """Handle-pair keys -> uint64 [K, 2] rows (low id, high id), sorted (``World._keys_to_id_pairs``)."""
+@njit(**NJIT_INLINE)
+def _ids_sorted(keys, obj_id, out, packed):
+    """Handle-pair keys -> sorted uint64 rows (low id, high id) in ``out`` (uint64 [K, 2], K = ``keys``'
+    length; ``World._keys_to_id_pairs``), with ``packed`` (uint64, >= K) as its workspace."""
     k = keys.shape[0]
-    lo = np.empty(k, np.uint64)
-    hi = np.empty(k, np.uint64)
-    out = np.empty((k, 2), np.uint64)
-    if keys_to_ids(keys, obj_id, lo, hi):
-        packed = (lo << _S32) | hi
-        if k > _SMALL_SORT:
-            packed.sort()
-        else:               # a frame's few pairs: an insertion sort, without a quicksort's set-up
-            for i in range(1, k):
-                x = packed[i]
-                j = i - 1
-                while j >= 0 and packed[j] > x:
-                    packed[j + 1] = packed[j]
-                    j -= 1
-                packed[j + 1] = x
-        for i in range(k):
-            out[i, 0] = packed[i] >> _S32
-            out[i, 1] = packed[i] & _LO32
-        return out
-    order = np.argsort(hi, kind="mergesort")
-    order = order[np.argsort(lo[order], kind="mergesort")]
+    small = True
     for i in range(k):
-        out[i, 0] = lo[order[i]]
-        out[i, 1] = hi[order[i]]
-    return out
+        a = obj_id[np.int64(keys[i] >> _S32)]
+        b = obj_id[np.int64(keys[i] & _LO32)]
+        if a > b:
+            a, b = b, a
+        out[i, 0] = a
+        out[i, 1] = b
+        small = small and b <= _LO32
+    if not small:           # an id beyond 32 bits: sorted by (low, high) the long way
+        lo = out[:, 0].copy()
+        hi = out[:, 1].copy()
+        order = np.argsort(hi, kind="mergesort")
+        order = order[np.argsort(lo[order], kind="mergesort")]
+        for i in range(k):
+            out[i, 0] = lo[order[i]]
+            out[i, 1] = hi[order[i]]
+        return
+    for i in range(k):
+        packed[i] = (out[i, 0] << _S32) | out[i, 1]
+    if k > _SMALL_SORT:
+        packed[:k].sort()
+    else:
+        for i in range(1, k):
+            x = packed[i]
+            j = i - 1
+            while j >= 0 and packed[j] > x:
+                packed[j + 1] = packed[j]
+                j -= 1
+            packed[j + 1] = x
+    for i in range(k):
+        out[i, 0] = packed[i] >> _S32
+        out[i, 1] = packed[i] & _LO32
+
+
+@njit(**NJIT_INLINE)
+def _merge_ids(ev_key, ev_off, out_n, shards, g_slots, g_keys, g_cnt, cap, g_n, obj_id):
+    """``world_merge_small`` and the id pairs of its created and deleted keys (``_ids_sorted``), with two workspace arrays
+    instead of ~40 small ones (a shard's three, its bucket's, the gathering's, the sort's): the same pair
+    table after, shard after shard, each shard's events in the touched cells' order. Returns (done,
+    created, deleted, pairs) as ``world_merge_small`` (created / deleted the delta's sorted id rows)."""
+    nt = out_n.shape[0]
+    total = 0
+    for t in range(nt):
+        total += out_n[t]
+    # int64: each event's shard | its original count | its pair | shard offsets (shards + 1) | fill (shards)
+    ib = np.empty(3 * total + 2 * shards + 1, np.int64)
+    # uint64: events by shard | created keys | deleted keys | a shard's changed keys
+    ub = np.empty(4 * total, np.uint64)
+    o = 3 * total
+    for s in range(shards + 1):
+        ib[o + s] = 0
+    r = 0
+    for t in range(nt):
+        eo = ev_off[t]
+        for i in range(out_n[t]):
+            sh = world_shard(ev_key[eo + i] & KEY_MASK, shards)
+            ib[r] = sh
+            ib[o + sh + 1] += 1
+            r += 1
+    for s in range(shards):
+        ib[o + s + 1] += ib[o + s]
+        if 2 * (g_n[s] + ib[o + s + 1] - ib[o + s]) >= cap:
+            none = np.empty((0, 2), np.uint64)
+            return False, none, none, 0
+    fo = o + shards + 1
+    for s in range(shards):
+        ib[fo + s] = ib[o + s]
+    r = 0
+    for t in range(nt):
+        eo = ev_off[t]
+        for i in range(out_n[t]):
+            sh = ib[r]
+            ub[ib[fo + sh]] = ev_key[eo + i]
+            ib[fo + sh] += 1
+            r += 1
+    ncr = 0
+    nde = 0
+    pairs = 0
+    half = cap // 2
+    for s in range(shards):         # ``_merge_shard`` with the workspace's rows
+        lo = ib[o + s]
+        m = ib[o + s + 1] - lo
+        sb = s * cap
+        pb = s * half
+        gn = g_n[s]
+        nc = 0
+        for r in range(m):
+            ek = ub[lo + r]
+            key = ek & KEY_MASK
+            p = pair_set_find(g_slots, g_keys, sb, cap, pb, key)
+            if p < 0:
+                gn = pair_set_insert(g_slots, g_keys, g_cnt, sb, cap, pb, gn, key, _TOUCH)
+                p = gn - 1
+                ub[3 * total + nc] = key
+                ib[total + nc] = 0
+                ib[2 * total + nc] = p
+                nc += 1
+            elif (g_cnt[pb + p] & _TOUCH) == 0:
+                ub[3 * total + nc] = key
+                ib[total + nc] = g_cnt[pb + p]
+                ib[2 * total + nc] = p
+                nc += 1
+                g_cnt[pb + p] |= _TOUCH
+            if (ek & EVENT_REMOVED) != 0:
+                g_cnt[pb + p] -= 1
+            else:
+                g_cnt[pb + p] += 1
+        nz = 0
+        for r in range(nc):
+            p = ib[2 * total + r]
+            now = g_cnt[pb + p] & ~_TOUCH
+            g_cnt[pb + p] = now
+            key = ub[3 * total + r]
+            if now == 0:
+                ub[3 * total + nz] = key        # removed below (r >= nz: in place is safe)
+                nz += 1
+                if ib[total + r] > 0:
+                    ub[2 * total + nde] = key
+                    nde += 1
+            elif ib[total + r] == 0:
+                ub[total + ncr] = key
+                ncr += 1
+        for r in range(nz):
+            i = pair_set_find_slot(g_slots, g_keys, sb, cap, pb, ub[3 * total + r])
+            gn = pair_set_remove_slot(g_slots, g_keys, g_cnt, sb, cap, pb, gn, i)
+        g_n[s] = gn
+        pairs += gn
+    created = np.empty((ncr, 2), np.uint64)
+    deleted = np.empty((nde, 2), np.uint64)
+    _ids_sorted(ub[total:total + ncr], obj_id, created, ub)
+    _ids_sorted(ub[2 * total:2 * total + nde], obj_id, deleted, ub[3 * total:])
+    return True, created, deleted, pairs
 
 
 @njit(**NJIT)
@@ -138,11 +249,11 @@ def frame_pairs(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
             return PAIRS_NET, events, sw, none, none, 0
     cells_net_serial(touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag,
                      out_n)
-    done, created, deleted, pairs = world_merge_small(ev_key, ev_off, out_n, shards, g_slots, g_keys, g_cnt, g_cap,
-                                                      g_n)
+    done, created, deleted, pairs = _merge_ids(ev_key, ev_off, out_n, shards, g_slots, g_keys, g_cnt, g_cap, g_n,
+                                               obj_id)
     if not done:
         return PAIRS_MERGE, events, sw, none, none, 0
-    return PAIRS_DONE, events, sw, id_pairs(created, obj_id), id_pairs(deleted, obj_id), pairs
+    return PAIRS_DONE, events, sw, created, deleted, pairs
 
 
 @njit(**NJIT)
