@@ -205,7 +205,8 @@ class World:
                             self._scratch_ev)
         make = kframe.listed_state_py if numba.config.DISABLE_JIT else kframe.listed_state
         self._listed = make(
-            ul.ids, ul.handles, ul.rows, self.dims, self._coord_limit32, self._bmin, self._inv, self._C,
+            ul.ids, ul.handles, ul.rows, self.dims, self._coord_limit32,
+            np.uint64(self._coord_limit32.view(np.uint32)), self._bmin, self._inv, self._C,
             objects.box, objects.crange, objects.flag, objects.cat, objects.mask, objects.static, objects.id,
             objects.lastpos, sap.n, sap.base, sap.cap, *sap.arrays, self._scratch, self._kscratch, ps.base, ps.cap,
             ps.n, *ps.arrays, self._scratch_ev, SHARDS, wp.slots, wp.keys, wp.cnt, wp.cap, wp.n, self._cell_stamp,
