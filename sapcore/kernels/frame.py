@@ -22,7 +22,7 @@ from numba.experimental import structref
 
 from .._numba import NJIT, NJIT_INLINE, njit
 from .arena import frame_room
-from .grid import grid_rasterize, grid_ranges_serial
+from .grid import _CLAMP, FLAG_MOVED, FLAG_MOVED_CELLS, grid_rasterize, grid_ranges_serial
 from .hashing import EVENT_REMOVED, KEY_MASK
 from .merge import _TOUCH, cells_net_serial, world_shard
 from .pair_set import pair_set_find, pair_set_find_slot, pair_set_insert, pair_set_remove_slot
@@ -328,6 +328,39 @@ def _rows_check(bu, ru, b, same, n, limit_bits, dims):
     return unchanged, worst <= limit_bits and bad == 0
 
 
+@njit(**NJIT_INLINE)
+def _ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows):
+    """``grid_ranges_serial`` of a frame of the list's updates alone (``dims`` a constant; no adds, the
+    list unchanged), which also writes the moved rows' boxes into ``rows``: the same cell ranges,
+    ``same``, flags and boxes, ~30% faster (no prefetch: a small frame's rows are at hand; the axes of the
+    world only)."""
+    for i in range(upd_h.shape[0]):
+        if same[i] == 2:        # the update keeps its box
+            continue
+        h = upd_h[i]
+        eq = True
+        for a in range(dims):
+            c = C[a]
+            lo = np.int64(np.floor(min(max((np.float64(upd_boxes[i, a]) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)))
+            hi = np.int64(np.floor(min(max((np.float64(upd_boxes[i, dims + a]) - bmin[a]) * inv[a], -_CLAMP),
+                                       _CLAMP)))
+            span = min(hi - lo, c - 1)
+            if lo < 0 or lo >= c:       # outside the bounds: wrap
+                lo = lo % c
+            newr[i, a] = lo
+            newr[i, 3 + a] = span
+            eq &= (crange[h, a] == lo) & (crange[h, 3 + a] == span)
+        for a in range(dims, 3):
+            newr[i, a] = 0
+            newr[i, 3 + a] = 0
+            eq &= (crange[h, a] == 0) & (crange[h, 3 + a] == 0)
+        same[i] = 1 if eq else 0
+        flag[h] = FLAG_MOVED if eq else FLAG_MOVED_CELLS
+        for a in range(2 * dims):
+            boxes[h, a] = upd_boxes[i, a]
+            rows[i, a] = upd_boxes[i, a]
+
+
 #: The arrays and constants ``frame_listed`` reads besides the frame's, in this order (``World``'s, kept
 #: between frames in one ``ListedState``)
 LISTED_FIELDS = ("list_ids", "list_h", "rows", "dims", "limit", "limit_bits", "bmin", "inv", "C", "boxes", "crange",
@@ -379,7 +412,8 @@ def listed_state_py(*values):
 def frame_listed(upd, upd_boxes, live, frame, st):
     """A frame of updates only, the last frame's list (``st``: a ``ListedState``; ``list_ids``, handles
     ``list_h``, boxes by row ``rows``) in its order, in one call: what ``World.step`` does for it with
-    ``frame`` its number, with ``frame_cells``, ``frame_pairs`` and the kernels of phase 0 (``list_repeats``,
+    ``frame`` its number, with ``frame_cells``' steps (its grid ranges ``_ranges_listed``), ``frame_pairs``
+    and the kernels of phase 0 (``list_repeats``,
     ``boxes_check_serial``). Nothing changes before every box is found valid.
 
     Returns ``(status, row, code, axis, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created,
@@ -420,16 +454,17 @@ def frame_listed(upd, upd_boxes, live, frame, st):
         return LISTED_BAD, row, code, axis, 0, 0, 0, 0, 0, 0, None, None, None, None
     if unchanged == nu:
         return LISTED_STILL, -1, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, None
-    # phases 2-3's kernels (phase 1 has nothing to do: no adds, and the list stays); the list's boxes by
-    # row are this frame's, copied whole (one sequential pass, instead of row by row among the rows moved:
-    # an unchanged row may then hold -0.0 for +0.0, which compares equal)
-    touched, ent_off, ent_h, need, grow, ev_off, ev_cap, max_cap, work = frame_cells(
-        dims, bmin, inv, C, boxes, crange, flag, list_h, upd_boxes, noi, upd_boxes[:0],
-        same, rows, 0, lastpos, cell_n, noi, nu - unchanged, live, cell_stamp, cell_tidx, frame, cell_cap, cell_pm_n)
-    src = upd_boxes.reshape(-1)
-    dst = rows.reshape(-1)
-    for j in range(dst.shape[0]):
-        dst[j] = src[j]
+    # phases 2-3's kernels (phase 1 has nothing to do: no adds, and the list stays): ``frame_cells``, its
+    # grid ranges by ``_ranges_listed``, which writes the moved rows' boxes too
+    newr = np.empty((nu, 6), np.int32)
+    if dims == 2:
+        _ranges_listed(2, bmin, inv, C, boxes, crange, flag, list_h, upd_boxes, newr, same, rows)
+    else:
+        _ranges_listed(3, bmin, inv, C, boxes, crange, flag, list_h, upd_boxes, newr, same, rows)
+    dense = 2 * (nu - unchanged) >= live
+    touched, ent_off, ent_h = grid_rasterize(C, crange, flag, cell_n, noi, list_h, noi, newr, same, dense,
+                                             cell_stamp, cell_tidx, frame)
+    need, grow, ev_off, ev_cap, max_cap, work = frame_room(touched, ent_off, cell_n, cell_cap, cell_pm_n)
     nt = touched.shape[0]
     counts = np.empty((4, nt), np.int64)
     if (grow or ev_off[nt] > ev_key.shape[0] or ev_key.shape[0] > 8 * max(ev_off[nt], 1 << 16)
