@@ -29,7 +29,8 @@ calls each parallel kernel's serial twin, and makes one kernel call for phases 2
 4-7 (``kernels/frame.py``): between the phases of a small frame, Python cost more than the kernels.
 The commonest small frame, the updates of the last frame's list in its order and nothing else, runs
 phases 0-8 in a single call (``_step_listed``, ``kernels.frame.frame_listed``), its world arrays kept in
-one tuple between frames; the general phases go on from wherever that call has to stop.
+one record (``kframe.ListedState``) between frames; the general phases go on from wherever that call has
+to stop.
 """
 from __future__ import annotations
 

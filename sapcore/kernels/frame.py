@@ -9,10 +9,13 @@ dispatch, small numpy operations, the arrays each phase returns) than in its ker
   phase it names), the netting, the merge of few events and the delta's id pairs;
 - ``frame_listed``: the whole of the commonest frame in one call: the updates of the last frame's list,
   in its order, and nothing else (a game server sending its objects every tick). Phase 0 (the list
-  repeats, the boxes), then ``frame_cells`` and ``frame_pairs``; it stops where Python must act (a bad
-  box, a cell without room, a frame to run in parallel) and returns what the general phases go on from.
+  repeats, the boxes), then ``frame_cells``' and ``frame_pairs``' steps; it stops where Python must act
+  (a bad box, a cell without room, a frame to run in parallel) and returns what the general phases go
+  on from. The world's arrays reach it as one record (``ListedState``), not 40 arguments.
 
-Each calls the same kernels and inlined steps as the general path, so the results are the same.
+Each calls the same kernels and inlined steps as the general path, or variants of them with the same
+results (``_ranges_listed``, ``_merge_ids``: fewer passes or fewer allocations), so the results are the
+same.
 """
 import types
 
@@ -299,12 +302,13 @@ def _same_ids(ids, last_ids):
 @njit(**NJIT_INLINE)
 def _rows_check(bu, ru, b, same, n, limit_bits, dims):
     """``boxes_check`` of a frame of the list's rows, in three passes without branches (``dims`` a
-    constant): ``same[i] = 2`` for a row equal to the list's (as floats, from the bits: ``bu`` / ``ru`` the
-    frame's boxes and the rows as uint64, ``dims`` words a row; -0.0 equals +0.0), else 0; returns (unchanged rows, every box valid). A
-    box equal to its row was valid when stored; any other is checked with the same rules (no NaN or
-    infinity, ``|value| <= limit``, min <= max), here on every row. ``|value| <= limit`` is read from
-    the bits: ``bits & 0x7FFFFFFF`` orders non-negative floats as their values, NaN and infinities above
-    every finite one (``limit_bits``: the float32 limit's bits). Integer passes over whole words: ~3x faster than the float passes by row."""
+    constant): ``same[i] = 2`` for a row equal to the list's (as floats, from the bits: ``bu`` / ``ru``
+    the frame's boxes and the rows as uint64, ``dims`` words a row; -0.0 equals +0.0), else 0; returns
+    (unchanged rows, every box valid). A box equal to its row was valid when stored; any other is
+    checked with the same rules (no NaN or infinity, ``|value| <= limit``, min <= max), here on every
+    row. ``|value| <= limit`` is read from the bits: ``bits & 0x7FFFFFFF`` orders non-negative floats as
+    their values, NaN and infinities above every finite one (``limit_bits``: the float32 limit's bits).
+    Integer passes over whole words: ~3x faster than float passes by row."""
     unchanged = 0
     for i in range(n):
         mag = np.uint64(0)      # bits that differ, signs aside
@@ -412,9 +416,9 @@ def listed_state_py(*values):
 def frame_listed(upd, upd_boxes, live, frame, st):
     """A frame of updates only, the last frame's list (``st``: a ``ListedState``; ``list_ids``, handles
     ``list_h``, boxes by row ``rows``) in its order, in one call: what ``World.step`` does for it with
-    ``frame`` its number, with ``frame_cells``' steps (its grid ranges ``_ranges_listed``), ``frame_pairs``
-    and the kernels of phase 0 (``list_repeats``,
-    ``boxes_check_serial``). Nothing changes before every box is found valid.
+    ``frame`` its number: the box check (``_rows_check``; ``boxes_check_serial`` names a bad box), the
+    steps of ``frame_cells`` (its grid ranges by ``_ranges_listed``) and ``frame_pairs``. Nothing changes
+    before every box is found valid.
 
     Returns ``(status, row, code, axis, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created,
     deleted)`` (arrays None where the status has none: fewer arrays to return): LISTED_OTHER or
