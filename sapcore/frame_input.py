@@ -22,11 +22,15 @@ ID_FIELDS = ("remove_ids", "update_ids", "add_ids")
 _EMPTY_COLUMN = {np.uint32: np.zeros(0, np.uint32), np.uint8: np.zeros(0, np.uint8)}
 # shared empty inputs (nothing can be written into an array without elements)
 _NO_IDS = np.zeros(0, np.uint64)
+_U64 = np.dtype(np.uint64)
+_F32 = np.dtype(np.float32)
 _NO_BOXES = {2: np.zeros((0, 4), np.float32), 3: np.zeros((0, 6), np.float32)}
 
 
 def as_ids(x, field: str) -> np.ndarray:
     """uint64 [K] ids (any non-negative integer dtype is accepted)."""
+    if type(x) is np.ndarray and x.dtype is _U64 and x.ndim == 1 and x.flags.c_contiguous:
+        return x if x.size else _NO_IDS         # already the engine's array (every frame of a game server)
     if x is None:
         return _NO_IDS
     a = np.asarray(x)
@@ -45,6 +49,9 @@ def as_ids(x, field: str) -> np.ndarray:
 def as_boxes(boxes, n: int, field: str, dims: int, coord_limit: float) -> np.ndarray:
     """float32 [n, 2*dims] boxes, C order (shape and dtype checked; values by ``raise_bad_box``)."""
     d2 = 2 * dims
+    if (type(boxes) is np.ndarray and boxes.dtype is _F32 and boxes.shape == (n, d2)
+            and boxes.flags.c_contiguous):
+        return boxes                            # already the engine's array (values: ``raise_bad_box``)
     if boxes is None:
         if n:
             raise FrameError(field, -1, f"missing: {n} ids need {n} boxes")

@@ -29,7 +29,8 @@ calls each parallel kernel's serial twin, and makes one kernel call for phases 2
 4-7 (``kernels/frame.py``): between the phases of a small frame, Python cost more than the kernels.
 The commonest small frame, the updates of the last frame's list in its order and nothing else, runs
 phases 0-8 in a single call (``_step_listed``, ``kernels.frame.frame_listed``), its world arrays kept in
-one tuple between frames; the general phases go on from wherever that call has to stop.
+one record (``kframe.ListedState``) between frames; the general phases go on from wherever that call has
+to stop.
 """
 from __future__ import annotations
 
@@ -143,7 +144,7 @@ class World:
         self._scratch = np.empty((numba.config.NUMBA_NUM_THREADS, 3, 0), np.int32)
         self._kscratch = np.empty((numba.config.NUMBA_NUM_THREADS, 0), np.uint64)
         self._listed_key = (None,) * 8        # see _listed_state
-        self._listed_args = ()
+        self._listed = None
 
     def _move_saps(self, cells, new_base, new_cap, src, dst):
         karena.cells_move(cells, new_base, new_cap, self.dims, self.sap.n, self.sap.base, self.sap.cap, *src, *dst)
@@ -196,15 +197,17 @@ class World:
                      deleted.copy() if deleted is _EMPTY_PAIRS else deleted, f.stats)
 
     def _listed_state(self) -> None:
-        """The arrays and constants ``frame_listed`` reads besides the frame's, kept between frames in
-        ``_listed_args``, with ``_listed_key``: the arrays whose replacement (the update list changed, the
-        object arrays, an arena, the pair table or a workspace grew) replaces any of them; ``_step_listed``
-        compares them by identity every frame and calls this on a difference."""
+        """The arrays and constants ``frame_listed`` reads besides the frame's, kept between frames in one
+        ``kframe.ListedState`` (``_listed``), with ``_listed_key``: the arrays whose replacement (the update
+        list changed, the object arrays, an arena, the pair table or a workspace grew) replaces any of them;
+        ``_step_listed`` compares them by identity every frame and calls this on a difference."""
         ul, objects, sap, ps, wp = self.update_list, self.objects, self.sap, self.pair_sets, self.world_pairs
         self._listed_key = (ul.rows, ul.ids, objects.box, sap.arrays, ps.arrays, wp.slots, self._scratch,
                             self._scratch_ev)
-        self._listed_args = (
-            ul.ids, ul.handles, ul.rows, self.dims, self._coord_limit32, self._bmin, self._inv, self._C,
+        make = kframe.listed_state_py if numba.config.DISABLE_JIT else kframe.listed_state
+        self._listed = make(
+            ul.ids, ul.handles, ul.rows, self.dims, self._coord_limit32,
+            np.uint64(self._coord_limit32.view(np.uint32)), self._bmin, self._inv, self._C,
             objects.box, objects.crange, objects.flag, objects.cat, objects.mask, objects.static, objects.id,
             objects.lastpos, sap.n, sap.base, sap.cap, *sap.arrays, self._scratch, self._kscratch, ps.base, ps.cap,
             ps.n, *ps.arrays, self._scratch_ev, SHARDS, wp.slots, wp.keys, wp.cnt, wp.cap, wp.n, self._cell_stamp,
@@ -226,7 +229,7 @@ class World:
             self._listed_state()
         live = objects.count
         (status, row, code, axis, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created,
-         deleted) = kframe.frame_listed(upd, boxes, live, self.frames + 1, *self._listed_args)
+         deleted) = kframe.frame_listed(upd, boxes, live, self.frames + 1, self._listed)
         if status == kframe.PAIRS_DONE:
             self.frames += 1
             if pairs >= 0:

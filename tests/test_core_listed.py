@@ -1,0 +1,161 @@
+"""The one-call frame's own variants of general kernels (``kernels/frame.py``) against those kernels or a
+numpy reference: the box check against the list's rows from the bits (``_rows_check``), the grid ranges
+of a listed frame (``_ranges_listed``) and the merge into the world's pair table with the delta's sorted
+id pairs (``_merge_ids``)."""
+import numpy as np
+import pytest
+
+from sapcore.kernels import frame as kframe
+from sapcore.kernels import grid as kgrid
+from sapcore.kernels import merge as kmerge
+from sapcore.kernels.hashing import EVENT_REMOVED
+from sapcore.world_pairs import SHARDS
+
+
+def _limit32(limit: float) -> np.float32:
+    """The float32 limit as ``World`` makes it (rounded up, so that a value at the limit passes)."""
+    lim = np.float32(limit)
+    return np.nextafter(lim, np.float32(np.inf)) if float(lim) < limit else lim
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_rows_check_from_the_bits_equals_the_float_rules(dims):
+    """Equality as floats (-0.0 equals +0.0, a value and its negation differ by one bit and are not equal,
+    a NaN never equal), ``|value| <= limit`` (at the limit, one float32 step above, infinities, NaN, both
+    signs) and min <= max, row by row, in the first, a middle
+    and the last row, against numpy."""
+    rng = np.random.default_rng(3)
+    limit = 1000.0
+    lim = _limit32(limit)
+    n = 64
+    c = rng.uniform(-900, 900, (n, dims)).astype(np.float32)
+    rows = np.concatenate([c - 1, c + 1], 1).astype(np.float32)
+    rows[7, :] = 0.0
+    specials = [np.float32(-0.0), np.float32(0.0), lim, -lim, np.nextafter(lim, np.float32(np.inf)),
+                -np.nextafter(lim, np.float32(np.inf)), np.float32(np.inf), np.float32(-np.inf),
+                np.float32(np.nan), np.float32(1e-40), np.float32(-1e-40)]
+    cases = 0
+    for row in (0, 7, n // 2, n - 1):
+        for col in range(2 * dims):
+            for v in specials + ["negated"]:
+                if isinstance(v, str):          # the stored value with its sign flipped (one bit apart)
+                    v = -rows[row, col] if rows[row, col] != 0 else np.float32(-1.0)
+                b = rows.copy()
+                b[rng.random((n, 2 * dims)) < 0.3] += np.float32(0.5)          # some rows moved
+                b[7] = np.where(rng.random(2 * dims) < 0.5, np.float32(-0.0), np.float32(0.0))
+                b[row, col] = v
+                same = np.full(n, 9, np.uint8)
+                unchanged, ok = kframe._rows_check(b.reshape(-1).view(np.uint64), rows.reshape(-1).view(np.uint64),
+                                                   b, same, n, np.uint64(lim.view(np.uint32)), dims)
+                eq = (b == rows).all(1)
+                valid = (np.isfinite(b).all() and (np.abs(b) <= lim).all()
+                         and (b[:, :dims] <= b[:, dims:]).all())
+                assert (same == 2 * eq).all(), (row, col, v)
+                assert unchanged == eq.sum() and ok == valid, (row, col, v)
+                cases += 1
+    assert cases == 4 * 2 * dims * (len(specials) + 1)
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_ranges_listed_equals_grid_ranges_serial(dims):
+    """Cell ranges, ``same``, flags and boxes as ``grid_ranges_serial`` writes them (row mode 1: the same
+    list), boxes inside, outside (wrapped) and wider than the bounds, some rows unchanged; the moved rows'
+    boxes written into the rows."""
+    rng = np.random.default_rng(4)
+    C = np.ones(3, np.int64)
+    C[:dims] = rng.integers(1, 7, dims)
+    bmin = np.zeros(3)
+    bmin[:dims] = -10.0
+    inv = np.ones(3)
+    inv[:dims] = C[:dims] / 20.0
+    n_obj = 300
+    for _ in range(20):
+        boxes = np.zeros((n_obj, 2 * dims), np.float32)
+        crange = rng.integers(0, 3, (n_obj, 6)).astype(np.int16)
+        flag = np.zeros(n_obj, np.uint8)
+        n = 200
+        upd_h = rng.choice(n_obj, n, replace=False).astype(np.int32)
+        lo = rng.uniform(-40, 40, (n, dims))
+        ext = np.where(rng.random((n, dims)) < 0.1, rng.uniform(20, 60, (n, dims)), rng.uniform(0, 3, (n, dims)))
+        upd = np.concatenate([lo, lo + ext], 1).astype(np.float32)
+        same0 = np.where(rng.random(n) < 0.2, 2, 0).astype(np.uint8)
+        rows = np.full((n, 2 * dims), -7.0, np.float32)
+        # half the objects already in the cells of their new boxes (they move within them)
+        pre = np.zeros((n, 6), np.int32)
+        kgrid.grid_ranges_serial(dims, bmin, inv, C, boxes.copy(), crange.copy(), flag.copy(), upd_h, upd, upd_h[:0],
+                                 upd[:0], pre, np.zeros(n, np.uint8), rows.copy(), 0, np.zeros(n_obj, np.int32))
+        keep = rng.random(n) < 0.5
+        crange[upd_h[keep]] = pre[keep]
+        ref = [boxes.copy(), crange.copy(), flag.copy(), np.zeros((n, 6), np.int32), same0.copy(), rows.copy()]
+        kgrid.grid_ranges_serial(dims, bmin, inv, C, ref[0], ref[1], ref[2], upd_h, upd, upd_h[:0], upd[:0], ref[3],
+                                 ref[4], ref[5], 1, np.zeros(n_obj, np.int32))
+        got = [boxes.copy(), crange.copy(), flag.copy(), np.zeros((n, 6), np.int32), same0.copy(), rows.copy()]
+        kframe._ranges_listed(dims, bmin, inv, C, got[0], got[1], got[2], upd_h, upd, got[3], got[4], got[5])
+        moved = same0 != 2
+        assert (got[0] == ref[0]).all() and (got[2] == ref[2]).all() and (got[4] == ref[4]).all()
+        assert (got[3][moved] == ref[3][moved]).all()
+        assert (got[5][moved] == upd[moved]).all() and (got[5][~moved] == -7.0).all()
+        assert (got[4][moved] < 2).all() and (got[4][moved] == 1).any() and (got[4][moved] == 0).any()
+
+
+def _table(cap):
+    slots = np.full(SHARDS * cap, -1, np.int32)
+    keys = np.zeros(SHARDS * cap // 2, np.uint64)
+    cnt = np.zeros(SHARDS * cap // 2, np.int32)
+    n = np.zeros(SHARDS, np.int64)
+    return slots, keys, cnt, n
+
+
+@pytest.mark.parametrize("big_ids", [False, True])
+def test_merge_ids_equals_world_merge_small_and_the_sorted_id_pairs(big_ids):
+    """Frame after frame of random netted events by touched cell (pairs made, pairs gone, a pair in two
+    cells): the same pair table (slots, keys, counts, sizes), the same created / deleted pairs, sorted
+    by (low id, high id) as ``World._keys_to_id_pairs`` sorts them; ids beyond 32 bits too. A shard
+    without room: False, nothing changed."""
+    rng = np.random.default_rng(5)
+    cap = 256
+    ref = _table(cap)
+    got = tuple(a.copy() for a in ref)
+    obj_id = rng.permutation(400).astype(np.uint64) + (np.uint64(2**40) if big_ids else np.uint64(0))
+    live: dict[int, int] = {}
+    frames = 0
+    for _ in range(40):
+        nt = int(rng.integers(1, 6))
+        out_n = rng.integers(0, 12, nt).astype(np.int64)
+        ev_off = np.zeros(nt + 1, np.int64)
+        ev_off[1:] = np.cumsum(out_n + rng.integers(0, 3, nt))
+        ev_key = np.zeros(int(ev_off[-1]), np.uint64)
+        for t in range(nt):
+            for i in range(out_n[t]):
+                if live and rng.random() < 0.4:
+                    key = int(rng.choice(list(live)))
+                    ev_key[ev_off[t] + i] = np.uint64(key) | EVENT_REMOVED
+                    live[key] -= 1
+                    if live[key] == 0:
+                        del live[key]
+                else:
+                    a, b = sorted(rng.choice(400, 2, replace=False).tolist())
+                    key = (a << 32) | b
+                    ev_key[ev_off[t] + i] = np.uint64(key)
+                    live[key] = live.get(key, 0) + 1
+        done, cr, de, pairs = kmerge.world_merge_small(ev_key, ev_off, out_n, SHARDS, *ref[:3], cap, ref[3])
+        done2, cr2, de2, pairs2 = kframe._merge_ids(ev_key, ev_off, out_n, SHARDS, *got[:3], cap, got[3], obj_id)
+        assert done and done2 and pairs == pairs2 == len(live)
+        for a, b in zip(ref, got):
+            assert (a == b).all()
+        for keys, rows in ((cr, cr2), (de, de2)):
+            ids = np.sort(np.stack([obj_id[(keys >> np.uint64(32)).astype(np.int64)],
+                                    obj_id[(keys & np.uint64(0xFFFFFFFF)).astype(np.int64)]], 1), axis=1)
+            expect = ids[np.lexsort((ids[:, 1], ids[:, 0]))] if len(ids) else np.zeros((0, 2), np.uint64)
+            assert rows.dtype == np.uint64 and rows.shape == expect.shape and (rows == expect).all()
+        frames += len(cr) > 0 and len(de) > 0
+    assert frames > 5
+    # a shard without room: nothing changes
+    key = np.uint64((1 << 32) | 2)
+    many = np.full(cap, key, np.uint64)
+    before = tuple(a.copy() for a in got)
+    done, cr, de, _ = kframe._merge_ids(many, np.array([0, cap], np.int64), np.array([cap], np.int64), SHARDS,
+                                        *got[:3], cap, got[3], obj_id)
+    assert not done and cr.shape == de.shape == (0, 2)
+    for a, b in zip(before, got):
+        assert (a == b).all()
