@@ -19,8 +19,8 @@ comes first, which makes touching boxes overlap (inclusive rule); one integer co
 One frame of one cell (the body of ``cells_apply``), in order:
   1. batch remove: boxes removed from the world or leaving the cell lose their pairs (found in the
      cell's pair set), then every axis is compacted in one pass and slots are renumbered densely;
-  2. update: with many moved boxes, their new values are written in place and each axis is
-     insertion-sorted; with few (under a quarter of the cell), one box at a time gets its values and
+  2. update: with many moved boxes, one pass per axis gives every endpoint its box's current value
+     and insertion-sorts it into place; with few (under a quarter of the cell), one box at a time gets its values and
      its endpoints move left or right to their places (Terdiman's per-object update). Every swap of a
      min and a max is one of the four rules (a min passing a max leftwards, or a max passing a min
      rightwards: overlap may start; the other two: overlap may end), decided by the positions on the
@@ -233,39 +233,58 @@ def _move_endpoint(i, kv, few, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, 
 
 
 @njit(**NJIT_INLINE)
+def _sort_axis_fresh(a, n, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk, static, ev_key, eo, cap, cnt,
+                     sw):
+    """Step 2 with many moved boxes, axis a in one pass: each endpoint, left to right, takes its box's
+    current value (a box that did not move keeps its key) and moves left into the sorted prefix
+    (insertion sort, the rules at every min/max swap). The prefix's largest key stays in a register:
+    the key just written is never read back. Returns (event count, swaps)."""
+    lh = np.uint64(0)              # (value, is_max) of the prefix's largest key; the sentinel's is 0
+    for i in range(1, 2 * n + 1):
+        kk = ep_key[a, eb + i]
+        m = np.int64((kk >> _S31) & _ONE)
+        h = bx_h[base + np.int64(kk & SLOT_MASK)]
+        kv = (encode(boxes_u[h, a + m * dims]) << _S32) | (kk & LOW32)
+        hv = kv >> _S31
+        if i > 1 and lh > hv:
+            cnt, sw = _move_endpoint(i, kv, False, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static,
+                                     ev_key, eo, cap, cnt, sw)
+        else:
+            ep_key[a, eb + i] = kv
+            lh = hv
+    return cnt, sw
+
+
+@njit(**NJIT_INLINE)
 def _update_moved(moved, n, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk, static, scratch, tid,
                   ev_key, eo, cap, cnt):
-    """Step 2: write the moved boxes' values, re-sort each axis. Many moved boxes: one insertion sort over
-    the axis (each endpoint moves left into the sorted prefix). Few: each endpoint of a moved box moves
+    """Step 2: write the moved boxes' values, re-sort each axis. Many moved boxes: one pass per axis that
+    writes every endpoint's value and insertion-sorts it (``_sort_axis_fresh``). Few: each endpoint of a moved box moves
     left or right to its place (the max first when it goes right, so a box never passes its own
     endpoints). Returns (event count, swaps)."""
     sw = 0
     few = 4 * moved < n
     if not few:
-        for i in range(moved):
-            for a in range(dims):
-                _write_values(scratch[tid, 1, i], a, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u)
+        for a in range(dims):
+            cnt, sw = _sort_axis_fresh(a, n, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk, static,
+                                       ev_key, eo, cap, cnt, sw)
+        return cnt, sw
     for a in range(dims):
-        nitems = 2 * moved if few else 2 * n - 1
         first_max = False
         k0 = _ONE
         k1 = _ONE
-        for it in range(nitems):
-            if few:
-                es = scratch[tid, 1, it >> 1]
-                if (it & 1) == 0:
-                    # one box at a time: its new values go in just before its endpoints move, so the
-                    # rest of the axis is sorted while they do
-                    k0, k1 = _write_values(es, a, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u)
-                    pmx = bx_pos[base + es, 2 * a + 1]
-                    first_max = pmx < 2 * n and (k1 >> _S31) > (ep_key[a, eb + pmx + 1] >> _S31)
-                em = 1 if first_max == ((it & 1) == 0) else 0
-                i = bx_pos[base + es, 2 * a + em]
-                kv = k1 if em == 1 else k0
-            else:
-                i = it + 2
-                kv = ep_key[a, eb + i]
-            cnt, sw = _move_endpoint(i, kv, few, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static,
+        for it in range(2 * moved):
+            es = scratch[tid, 1, it >> 1]
+            if (it & 1) == 0:
+                # one box at a time: its new values go in just before its endpoints move, so the rest of
+                # the axis is sorted while they do
+                k0, k1 = _write_values(es, a, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u)
+                pmx = bx_pos[base + es, 2 * a + 1]
+                first_max = pmx < 2 * n and (k1 >> _S31) > (ep_key[a, eb + pmx + 1] >> _S31)
+            em = 1 if first_max == ((it & 1) == 0) else 0
+            i = bx_pos[base + es, 2 * a + em]
+            kv = k1 if em == 1 else k0
+            cnt, sw = _move_endpoint(i, kv, True, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static,
                                      ev_key, eo, cap, cnt, sw)
     return cnt, sw
 
