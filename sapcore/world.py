@@ -486,7 +486,10 @@ class World:
         need = ps.n[touched].astype(np.int64) + f.ev_plus
         grow = (2 * need > ps.cap[touched]) & (f.ev_plus > 0)
         if grow.any():
-            ps.place(touched[grow], np.maximum(16, 2 ** np.ceil(np.log2(2 * need[grow] + 1))).astype(np.int64))
+            # a quarter of the need more: a set that grew to just over twice its pairs would grow again at the
+            # next few pairs, and each growth sends a small frame down the general phases
+            g = need[grow]
+            ps.place(touched[grow], np.maximum(16, 2 ** np.ceil(np.log2(2 * g + g // 2 + 1))).astype(np.int64))
         args = (touched, f.ev_key, f.ev_off, f.ev_n, ps.base, ps.cap, ps.n, *ps.arrays, f.out_n)
         if parallel.serial(self._max_threads, f.ev_total, parallel.MIN_EVENTS):
             kmerge.cells_net_serial(*args)

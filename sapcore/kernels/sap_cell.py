@@ -18,9 +18,10 @@ comes first, which makes touching boxes overlap (inclusive rule); one integer co
 
 One frame of one cell (the body of ``cells_apply``), in order:
   1. batch remove: boxes removed from the world or leaving the cell lose their pairs (found in the
-     cell's pair set), then every axis is compacted in one pass and slots are renumbered densely;
-  2. update: with many moved boxes, their new values are written in place and each axis is
-     insertion-sorted; with few (under a quarter of the cell), one box at a time gets its values and
+     cell's pair set), then every axis is compacted in one pass and slots are renumbered densely (with
+     many moved boxes, by step 2's pass over each axis);
+  2. update: with many moved boxes, one pass per axis gives every endpoint its box's current value
+     and insertion-sorts it into place; with few (under a quarter of the cell), one box at a time gets its values and
      its endpoints move left or right to their places (Terdiman's per-object update). Every swap of a
      min and a max is one of the four rules (a min passing a max leftwards, or a max passing a min
      rightwards: overlap may start; the other two: overlap may end), decided by the positions on the
@@ -107,7 +108,9 @@ def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key,
                     cell_pm_n, pm_keys, ev_key, eo, cap, cnt):
     """Step 1, batch remove: boxes removed from the world or leaving cell c lose their pairs, every axis
     is compacted in one pass and slots are renumbered densely. The moved boxes' new slots are listed in
-    ``scratch[tid, 1]``. Returns (boxes left, moved boxes, event count)."""
+    ``scratch[tid, 1]``. With many moved boxes (the update's one pass per axis) the axes are left to that
+    pass: returns (boxes left, moved boxes, event count, whether the axes still hold the leaving
+    boxes' endpoints, renumbered by ``scratch[tid, 0]``)."""
     cz = c % C[2]
     cy = (c // C[2]) % C[1]
     cx = c // (C[1] * C[2])
@@ -125,7 +128,7 @@ def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key,
                 scratch[tid, 1, moved] = s - k          # the moved box's slot after compaction
                 moved += 1
     if k == 0:
-        return n, moved, cnt
+        return n, moved, cnt, False
     # the cell's pairs that involve a leaving box are removed
     pb = cell_pm_base[c] // 2
     for p in range(cell_pm_n[c]):
@@ -133,6 +136,17 @@ def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key,
         if (leaves_cell(flag, crange, np.int64(key >> _S32), cx, cy, cz, C)
                 or leaves_cell(flag, crange, np.int64(key & LOW32), cx, cy, cz, C)):
             cnt = _emit(ev_key, eo, cap, cnt, key | EVENT_REMOVED)
+    if moved > 0 and 4 * moved >= n - k:
+        # many moved boxes: the axes are compacted by the pass that sorts them (``_sort_axis_fresh``); here
+        # only the boxes' rows move to their new slots (their positions keep the old, uncompacted numbers,
+        # which order the remaining endpoints as before: all the swap rules compare)
+        for s in range(n):
+            ns = scratch[tid, 0, s]
+            if ns >= 0 and ns != s:
+                bx_h[base + ns] = bx_h[base + s]
+                for j in range(2 * dims):
+                    bx_pos[base + ns, j] = bx_pos[base + s, j]
+        return n - k, moved, cnt, True
     # compact every axis in one pass, renumbering slots
     for a in range(dims):
         w = 0
@@ -148,7 +162,7 @@ def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key,
         ns = scratch[tid, 0, s]
         if ns >= 0:
             bx_h[base + ns] = bx_h[base + s]
-    return n - k, moved, cnt
+    return n - k, moved, cnt, False
 
 
 @njit(**NJIT_INLINE)
@@ -233,39 +247,74 @@ def _move_endpoint(i, kv, few, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, 
 
 
 @njit(**NJIT_INLINE)
-def _update_moved(moved, n, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk, static, scratch, tid,
-                  ev_key, eo, cap, cnt):
-    """Step 2: write the moved boxes' values, re-sort each axis. Many moved boxes: one insertion sort over
-    the axis (each endpoint moves left into the sorted prefix). Few: each endpoint of a moved box moves
+def _sort_axis_fresh(a, n_ep, compact, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk, static, scratch,
+                     tid, ev_key, eo, cap, cnt, sw):
+    """Step 2 with many moved boxes, axis a in one pass over its ``n_ep`` endpoints: each, left to right,
+    takes its box's current value (a box that did not move keeps its key) and moves left into the sorted
+    prefix (insertion sort, the rules at every min/max swap). With ``compact``, the endpoints of leaving
+    boxes (new slot -1 in ``scratch[tid, 0]``) are dropped in the same pass and the others get their new
+    slots and positions. The prefix's largest (value, is_max) stays in a register: the key just written
+    is never read back. Returns (event count, swaps)."""
+    lh = np.uint64(0)              # (value, is_max) of the prefix's largest key; the sentinel's is 0
+    w = 0
+    for i in range(1, n_ep + 1):
+        kk = ep_key[a, eb + i]
+        m = np.int64((kk >> _S31) & _ONE)
+        if compact:
+            ns = np.int64(scratch[tid, 0, np.int64(kk & SLOT_MASK)])
+            if ns < 0:
+                continue
+            w += 1
+            low = (kk & (_ONE << _S31)) | np.uint64(ns)
+        else:
+            ns = np.int64(kk & SLOT_MASK)
+            w = i
+            low = kk & LOW32
+        h = bx_h[base + ns]
+        kv = (encode(boxes_u[h, a + m * dims]) << _S32) | low
+        hv = kv >> _S31
+        if w > 1 and lh > hv:
+            cnt, sw = _move_endpoint(w, kv, False, 0, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static,
+                                     ev_key, eo, cap, cnt, sw)
+        else:
+            ep_key[a, eb + w] = kv
+            if compact:
+                bx_pos[base + ns, 2 * a + m] = w
+            lh = hv
+    return cnt, sw
+
+
+@njit(**NJIT_INLINE)
+def _update_moved(moved, n, n_old, compact, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk, static,
+                  scratch, tid, ev_key, eo, cap, cnt):
+    """Step 2: write the moved boxes' values, re-sort each axis. Many moved boxes: one pass per axis that
+    writes every endpoint's value and insertion-sorts it (``_sort_axis_fresh``; with ``compact``, the
+    axes still hold ``n_old`` boxes' endpoints, the leaving ones dropped by that pass). Few: each endpoint of a moved box moves
     left or right to its place (the max first when it goes right, so a box never passes its own
     endpoints). Returns (event count, swaps)."""
     sw = 0
     few = 4 * moved < n
     if not few:
-        for i in range(moved):
-            for a in range(dims):
-                _write_values(scratch[tid, 1, i], a, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u)
+        for a in range(dims):
+            cnt, sw = _sort_axis_fresh(a, 2 * n_old, compact, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat,
+                                       msk, static, scratch, tid, ev_key, eo, cap, cnt, sw)
+        return cnt, sw
     for a in range(dims):
-        nitems = 2 * moved if few else 2 * n - 1
         first_max = False
         k0 = _ONE
         k1 = _ONE
-        for it in range(nitems):
-            if few:
-                es = scratch[tid, 1, it >> 1]
-                if (it & 1) == 0:
-                    # one box at a time: its new values go in just before its endpoints move, so the
-                    # rest of the axis is sorted while they do
-                    k0, k1 = _write_values(es, a, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u)
-                    pmx = bx_pos[base + es, 2 * a + 1]
-                    first_max = pmx < 2 * n and (k1 >> _S31) > (ep_key[a, eb + pmx + 1] >> _S31)
-                em = 1 if first_max == ((it & 1) == 0) else 0
-                i = bx_pos[base + es, 2 * a + em]
-                kv = k1 if em == 1 else k0
-            else:
-                i = it + 2
-                kv = ep_key[a, eb + i]
-            cnt, sw = _move_endpoint(i, kv, few, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static,
+        for it in range(2 * moved):
+            es = scratch[tid, 1, it >> 1]
+            if (it & 1) == 0:
+                # one box at a time: its new values go in just before its endpoints move, so the rest of
+                # the axis is sorted while they do
+                k0, k1 = _write_values(es, a, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u)
+                pmx = bx_pos[base + es, 2 * a + 1]
+                first_max = pmx < 2 * n and (k1 >> _S31) > (ep_key[a, eb + pmx + 1] >> _S31)
+            em = 1 if first_max == ((it & 1) == 0) else 0
+            i = bx_pos[base + es, 2 * a + em]
+            kv = k1 if em == 1 else k0
+            cnt, sw = _move_endpoint(i, kv, True, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static,
                                      ev_key, eo, cap, cnt, sw)
     return cnt, sw
 
@@ -404,12 +453,13 @@ def _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat,
     cap = ev_off[t + 1] - eo
     base = cell_base[c]
     eb = 2 * base
-    n, moved, cnt = _remove_leaving(c, base, eb, np.int64(cell_n[c]), dims, C, flag, crange, bx_h, bx_pos,
-                                    ep_key, scratch, tid, cell_pm_base, cell_pm_n, pm_keys, ev_key, eo, cap, 0)
+    n_old = np.int64(cell_n[c])
+    n, moved, cnt, compact = _remove_leaving(c, base, eb, n_old, dims, C, flag, crange, bx_h, bx_pos, ep_key,
+                                             scratch, tid, cell_pm_base, cell_pm_n, pm_keys, ev_key, eo, cap, 0)
     sw = 0
     if moved > 0:
-        cnt, sw = _update_moved(moved, n, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk, static,
-                                scratch, tid, ev_key, eo, cap, cnt)
+        cnt, sw = _update_moved(moved, n, n_old, compact, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk,
+                                static, scratch, tid, ev_key, eo, cap, cnt)
     e0 = ent_off[t]
     kn = ent_off[t + 1] - e0
     if kn > 0:
