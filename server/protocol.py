@@ -156,6 +156,23 @@ def read_frame(raw: bytes) -> FrameView | frame_pb2.Frame:
             raise InvalidInput(f"frame: not a valid protobuf message ({exc})", "frame") from None
 
 
+#: Requests up to this size are parsed by protobuf's own (C) parser: copying their bulk fields costs less
+#: than walking the wire in Python (a 100-object frame: ~2 us against ~9 us); larger ones are read zero-copy.
+PARSE_BYTES = 64 << 10
+
+
+def parse_frame(raw: bytes) -> FrameView | frame_pb2.Frame:
+    """The Frame of a serialized ApplyFrameRequest or StreamFramesRequest: ``read_frame`` (zero-copy) for a
+    request of more than ``PARSE_BYTES``, else protobuf's parser (a frame_pb2.Frame). Raises InvalidInput
+    for bytes that are not a valid message."""
+    if len(raw) > PARSE_BYTES:
+        return read_frame(raw)
+    try:
+        return pb.StreamFramesRequest.FromString(raw).frame
+    except DecodeError as exc:
+        raise InvalidInput(f"frame: not a valid protobuf message ({exc})", "frame") from None
+
+
 # ---- frames -> engine arrays --------------------------------------------------------------------
 
 def _ids(frame, field: str) -> np.ndarray:
@@ -188,15 +205,26 @@ def _per_add(frame, field: str, n: int, dtype: np.dtype):
     return np.frombuffer(raw, dtype)
 
 
+_U8 = np.dtype(np.uint8)
+
+
 def frame_arrays(frame, dims: int) -> dict:
     """Keyword arguments of ``sapcore.World.step`` for a frame of a ``dims``-D world (zero-copy, read-only)."""
+    if not (frame.remove_ids or frame.add_ids or frame.add_boxes or frame.add_category or frame.add_mask
+            or frame.add_static):
+        # updates only (a moving world's every frame): two arrays, the others None
+        update_ids = _ids(frame, "update_ids")
+        n = len(update_ids)
+        update_boxes = _boxes(frame, "update_boxes", n, dims, "update_ids")
+        return dict(remove_ids=None, add_ids=None, add_boxes=None, add_category=None, add_mask=None,
+                    add_static=None, update_ids=update_ids if n else None, update_boxes=update_boxes if n else None)
     remove_ids = _ids(frame, "remove_ids")
     add_ids = _ids(frame, "add_ids")
     update_ids = _ids(frame, "update_ids")
     n_add = len(add_ids)
     add_boxes = _boxes(frame, "add_boxes", n_add, dims, "add_ids")
     update_boxes = _boxes(frame, "update_boxes", len(update_ids), dims, "update_ids")
-    static = _per_add(frame, "add_static", n_add, np.dtype(np.uint8))
+    static = _per_add(frame, "add_static", n_add, _U8)
     if static is not None and n_add and static.max() > 1:
         bad = int(np.argmax(static > 1))
         raise InvalidInput(f"add_static[{bad}]: {int(static[bad])} is not 0 or 1", "add_static", bad)
