@@ -348,7 +348,12 @@ def pairs_chunks(pairs: np.ndarray, size: int, frame: int):
         yield pb.StreamPairsResponse(pairs=to_bytes(pairs[start:start + size], U64), total_pairs=total, frame=frame)
 
 
+_ONE_BYTE = tuple(bytes((v,)) for v in range(0x80))
+
+
 def _encode_varint(value: int) -> bytes:
+    if value < 0x80:
+        return _ONE_BYTE[value]
     out = bytearray()
     while True:
         b = value & 0x7F
@@ -360,9 +365,10 @@ def _encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def wrap(field: int, payload: bytes) -> bytes:
-    """``payload`` (a serialized message) as length-delimited field ``field`` of an enclosing message."""
-    return _encode_varint(field << 3 | _LEN) + _encode_varint(len(payload)) + payload
+def wrap(field: int, payload: bytes, before: bytes = b"") -> bytes:
+    """``payload`` (a serialized message) as length-delimited field ``field`` of an enclosing message, after
+    ``before`` (the enclosing message's earlier fields): one copy of the payload, however large."""
+    return b"".join((before, _encode_varint(field << 3 | _LEN), _encode_varint(len(payload)), payload))
 
 
 def varint_field(field: int, value: int) -> bytes:
@@ -375,7 +381,7 @@ def apply_response(applied) -> bytes:
 
 
 def stream_response(seq: int, applied) -> bytes:
-    return varint_field(1, seq) + wrap(2, delta_bytes(applied))   # StreamFramesResponse: seq, delta
+    return wrap(2, delta_bytes(applied), varint_field(1, seq))     # StreamFramesResponse: seq, delta
 
 
 def subscribe_response(applied) -> bytes:
