@@ -303,15 +303,38 @@ def stats_message(s, queue_s: float = 0.0, server_s: float = 0.0) -> world_pb2.F
         merge_seconds=s.merge_s, engine_seconds=s.total_s, queue_seconds=queue_s, server_seconds=server_s)
 
 
+#: Pairs (created + deleted) from which a Delta's pair fields are framed around protobuf's serialization of
+#: its other fields instead of passing through the message (copied three times into fresh buffers: 5.8 ms
+#: with the GIL held for a 100k-object frame's 170k pairs; framed, one copy).
+FRAMED_PAIRS = 4096
+_TAG_CREATED, _TAG_DELETED = bytes((4 << 3 | _LEN,)), bytes((5 << 3 | _LEN,))     # Delta.created, Delta.deleted
+
+
+def _pairs_field(tag: bytes, pairs) -> tuple:
+    """A Delta pairs field (tag, length, the array's own bytes: no copy here), or nothing when empty (proto3)."""
+    a = np.ascontiguousarray(pairs, dtype=U64)
+    return (tag, _encode_varint(a.nbytes), a) if a.nbytes else ()
+
+
 def delta_bytes(applied) -> bytes:
-    """The serialized Delta of an applied frame (registry.Applied), made once and kept on it."""
+    """The serialized Delta of an applied frame (registry.Applied), made once and kept on it.
+
+    With many pairs, the bytes protobuf would give (fields in number order: seq, world, frame by
+    protobuf, then created and deleted framed here, then stats and pairs_digest by protobuf), joined in
+    one copy."""
     raw = applied.encoded
     if raw is None:
         d = applied.delta
-        raw = frame_pb2.Delta(seq=applied.seq, world=applied.world, frame=applied.frame,
-                              created=to_bytes(d.created, U64), deleted=to_bytes(d.deleted, U64),
-                              stats=stats_message(d.stats, applied.queue_s, applied.server_s),
-                              pairs_digest=applied.digest).SerializeToString()
+        stats = stats_message(d.stats, applied.queue_s, applied.server_s)
+        if len(d.created) + len(d.deleted) < FRAMED_PAIRS:
+            raw = frame_pb2.Delta(seq=applied.seq, world=applied.world, frame=applied.frame,
+                                  created=to_bytes(d.created, U64), deleted=to_bytes(d.deleted, U64),
+                                  stats=stats, pairs_digest=applied.digest).SerializeToString()
+        else:
+            head = frame_pb2.Delta(seq=applied.seq, world=applied.world, frame=applied.frame).SerializeToString()
+            tail = frame_pb2.Delta(stats=stats, pairs_digest=applied.digest).SerializeToString()
+            raw = b"".join((head, *_pairs_field(_TAG_CREATED, d.created), *_pairs_field(_TAG_DELETED, d.deleted),
+                            tail))
         applied.encoded = raw
     return raw
 
