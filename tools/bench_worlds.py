@@ -254,8 +254,9 @@ async def _echo(address: str, frames: dict, hz: float, seconds: float, aligned: 
     return sum(done), rtts
 
 
-async def _neighbour(address: str, small: list, heavy: list | None, hz: float, seconds: float) -> list:
-    """The small world's round trips at hz, while the heavy world (if any) streams frames back to back."""
+async def _neighbour(address: str, small: list, heavy: list | None, hz: float, seconds: float) -> tuple[list, int]:
+    """The small world's round trips at hz, while the heavy world (if any) streams frames back to back;
+    and the heavy world's frames answered meanwhile."""
     async with _aio_channel(address) as channel:
         stub = pb_grpc.SapgridServiceStub(channel)
         rtts: list[float] = []
@@ -263,8 +264,8 @@ async def _neighbour(address: str, small: list, heavy: list | None, hz: float, s
         tasks = [_paced_stream(stub, small, hz, seconds, start, 0, rtts)]
         if heavy is not None:
             tasks.append(_paced_stream(stub, heavy, 1e6, seconds, start, 1, []))
-        await asyncio.gather(*tasks)
-    return rtts
+        done = await asyncio.gather(*tasks)
+    return rtts, (done[1] if heavy is not None else 0)
 
 
 def _ms(rtts: list, q: float) -> float:
@@ -316,14 +317,15 @@ def measure(address: str, pid: int, worlds: int, objects: int, hz: float, second
         frames = _setup_worlds(address, [small], 100, seed + 1)
         frames.update(_setup_worlds(address, [heavy], heavy_objects, seed + 2))
         try:
-            alone, _, _, alone_others = _measured(pid, lambda: asyncio.run(_neighbour(address, frames[small], None,
-                                                                                     hz, seconds)))
-            beside, _, _, beside_others = _measured(pid, lambda: asyncio.run(_neighbour(address, frames[small],
-                                                                                       frames[heavy], hz, seconds)))
+            (alone, _), _, _, alone_others = _measured(pid, lambda: asyncio.run(_neighbour(
+                address, frames[small], None, hz, seconds)))
+            (beside, heavy_done), _, _, beside_others = _measured(pid, lambda: asyncio.run(_neighbour(
+                address, frames[small], frames[heavy], hz, seconds)))
         finally:
             _drop_worlds(address, [small, heavy])
         out.update(small_p99_alone_ms=_ms(alone, 99), small_p99_with_heavy_ms=_ms(beside, 99),
-                   heavy_objects=heavy_objects, alone_others_cores=alone_others, beside_others_cores=beside_others)
+                   heavy_objects=heavy_objects, heavy_frames_per_s=heavy_done / seconds,
+                   alone_others_cores=alone_others, beside_others_cores=beside_others)
     return out
 
 
@@ -372,6 +374,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"| 100-object world p99 alone / beside a {r['heavy_objects']}-object world | "
               f"{r['small_p99_alone_ms']:.2f} / {r['small_p99_with_heavy_ms']:.2f} ms ({ratio:.2f}x) | <= 3x "
               f"| {ok(ratio <= TARGETS['neighbour_ratio'])} |")
+        print(f"| the heavy world's own frames/s meanwhile | {r['heavy_frames_per_s']:.1f} | | |")
     if pid:
         during = f"frames {r['others_cores']:.2f}, echo {r['echo_others_cores']:.2f}"
         if "small_p99_alone_ms" in r:
