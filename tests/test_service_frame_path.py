@@ -225,3 +225,17 @@ def test_delta_bytes_are_what_protobuf_serializes(created, deleted):
     assert got == want and protocol.delta_bytes(applied) is got                  # made once
     resp = pb.StreamFramesResponse.FromString(protocol.stream_response(applied.seq, applied))
     assert resp.seq == applied.seq and resp.delta.SerializeToString() == want
+
+
+def test_the_digest_of_a_large_delta_is_the_contract_digest():
+    """A delta of NOGIL_PAIRS pairs or more takes the kernel twin that releases the GIL: the same value."""
+    from sapgrid import layout
+    from sapgrid.server import digest
+
+    rng = np.random.default_rng(11)
+    for n_created, n_deleted in ((digest.NOGIL_PAIRS, 0), (0, digest.NOGIL_PAIRS), (30_000, 25_000),
+                                 (digest.NOGIL_PAIRS - 1, 0)):
+        created = rng.integers(0, 2**64, (n_created, 2), dtype=np.uint64)
+        deleted = rng.integers(0, 2**64, (n_deleted, 2), dtype=np.uint64)
+        value = int(rng.integers(0, 2**63))
+        assert digest.digest_step(value, created, deleted) == layout.digest_step(value, created, deleted)
