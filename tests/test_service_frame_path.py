@@ -239,3 +239,15 @@ def test_the_digest_of_a_large_delta_is_the_contract_digest():
         deleted = rng.integers(0, 2**64, (n_deleted, 2), dtype=np.uint64)
         value = int(rng.integers(0, 2**63))
         assert digest.digest_step(value, created, deleted) == layout.digest_step(value, created, deleted)
+
+
+def test_the_bench_heavy_neighbour_streams_from_its_own_process(make_server):
+    """The neighbour measure: the small world's round trips beside a heavy world whose client runs in a
+    process of its own, and the heavy world's own frames counted (its frames reach the server's heavy thread)."""
+    from sapgrid.tools import bench_worlds
+
+    server = make_server(echo=True, metrics_port=-1, heavy_frame_objects=1500)
+    r = bench_worlds.measure(server.address, os.getpid(), 1, 50, 10.0, 1.0, 2000)
+    assert 0 < r["small_p99_alone_ms"] and 0 < r["small_p99_with_heavy_ms"], r
+    assert r["heavy_frames_per_s"] > 0 and r["heavy_objects"] == 2000, r
+    assert server.app.registry.heavy.native_id is not None      # the heavy world's frames ran on its thread
