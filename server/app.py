@@ -31,6 +31,7 @@ from .logs import CallLog
 from .admission import RESERVED_THREADS, Admission
 from . import auth, quota, tls
 from .config import ServerConfig
+from .heavy import HeavyFrames
 from .metrics import Metrics
 from .registry import MemoryBudget, Registry
 from . import cluster
@@ -121,6 +122,8 @@ class App:
             self.health_server.stop(0)
         self.metrics.stop_http()
         self.pool.shutdown(wait=False)
+        if self.registry.heavy is not None:
+            self.registry.heavy.shutdown()
         if self.watchdog is not None:
             self.watchdog.stop()
         if self.health_pool is not None:
@@ -160,7 +163,9 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
                         budget=quota.QuotaBudget(cfg.max_world_bytes, cfg.max_server_bytes or _three_quarters_of_memory(),
                                                  quotas),
                         max_worlds=cfg.max_worlds, engine_threads=cfg.engine_threads, validate=cfg.validate,
-                        world_factory=world_factory)
+                        world_factory=world_factory,
+                        heavy=HeavyFrames(cfg.heavy_frame_objects, cfg.heavy_frame_nice) if cfg.heavy_frame_objects
+                        else None)
     admission = Admission(cfg.worker_threads, on_change=metrics.set_call_slots_in_use,
                           on_refused=metrics.call_refused)
     metrics.set_call_slots(cfg.worker_threads)

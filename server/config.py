@@ -45,6 +45,8 @@ class ServerConfig:
         plaintext port of the health service alone (probes that cannot speak TLS).
     max_calls_per_client, max_worlds_per_client, max_objects_per_client : per-client quotas (0: none).
     stream_idle_seconds, subscriber_stall_seconds : end idle frame streams and stalled server streams (0: never).
+    heavy_frame_objects, heavy_frame_nice : frames of worlds of at least this many objects run on a thread of
+        their own whose nice value is raised by heavy_frame_nice (server/heavy.py; 0 objects: off).
     """
 
     listen: str = DEFAULT_ADDRESS
@@ -87,6 +89,8 @@ class ServerConfig:
     max_objects_per_client: int = 0
     stream_idle_seconds: float = 300.0
     subscriber_stall_seconds: float = 60.0
+    heavy_frame_objects: int = 32768
+    heavy_frame_nice: int = 10
 
     def __post_init__(self):
         def bad(field: str, message: str):
@@ -128,6 +132,10 @@ class ServerConfig:
                      "stream_idle_seconds", "subscriber_stall_seconds"):
             if not getattr(self, name) >= 0:
                 bad(name, "must be >= 0 (0: off)")
+        if self.heavy_frame_objects < 0:
+            bad("heavy_frame_objects", "must be >= 0 (0: off)")
+        if not 0 <= self.heavy_frame_nice <= 19:
+            bad("heavy_frame_nice", "must be in [0, 19]")
         from .cluster import from_config
         try:
             from_config(self.cluster_members, self.cluster_self)  # raises on a bad member list
@@ -204,6 +212,11 @@ _HELP = {
                            "(default 300; 0: never)",
     "subscriber_stall_seconds": "end a subscription (or any server stream) whose client takes no message for this "
                                 "long, freeing its slot (default 60; 0: never)",
+    "heavy_frame_objects": "frames of worlds of at least this many objects run on a thread of their own at a lower "
+                           "CPU priority (see --heavy-frame-nice), so small worlds' frames go first (default 32768; "
+                           "0: every frame on its call's thread)",
+    "heavy_frame_nice": "how much lower that thread's priority is: its nice value is raised by this much, "
+                        "0-19 (default 10; Linux)",
 }
 
 

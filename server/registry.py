@@ -236,6 +236,7 @@ class WorldRunner:
     frozen: bool = False              # frames refused UNAVAILABLE "moving" (FreezeWorld)
     writers: Writers = field(default_factory=Writers)
     log: Any = None                   # storage.WorldLog of a server with a data directory, else None
+    heavy: Any = None                 # heavy.HeavyFrames: the lower-priority thread of big frames, or None
     closed: bool = False              # no new jobs (deleted, or the server is shutting down)
     deleted: bool = False             # deleted: its metric series are gone
 
@@ -343,10 +344,17 @@ class WorldRunner:
         raw: the request as received, appended to the world's log (with a data directory) before the frame
         is applied. Every refusal (full line, writer's seq, log write, engine validation) raises, is
         counted, and changes nothing. Call ``published`` with the result once the caller has its answer.
+        A frame of a world of ``heavy.min_objects`` objects or more runs on the heavy-frame thread (at a
+        lower priority, see heavy.py) while this thread holds the world's turn and waits for it.
         """
+        heavy = self.heavy
+        adds = arrays.get("add_ids")
         try:
             with self.turn(caller) as waited:
-                applied = self._frame(arrays, seq, writer, raw, waited, received)
+                if heavy is not None and heavy.takes(self.objects + (0 if adds is None else len(adds))):
+                    applied = heavy.run(self._frame, arrays, seq, writer, raw, waited, received)
+                else:
+                    applied = self._frame(arrays, seq, writer, raw, waited, received)
             if applied.sync is not None:         # --fsync always: answered once its record is on disk
                 log, position = applied.sync
                 log.wait_synced(position)
@@ -516,7 +524,7 @@ class Registry:
     def __init__(self, metrics: Metrics, *, queue_size: int = 64, subscriber_limit: int = 1024,
                  subscriber_bytes: int = 64 << 20, budget: MemoryBudget | None = None,
                  max_worlds: int = 256, engine_threads: int = 0, validate: bool = False,
-                 world_factory: Callable[[Any], Any] | None = None):
+                 world_factory: Callable[[Any], Any] | None = None, heavy=None):
         self.metrics = metrics
         self.queue_size = queue_size
         self.subscriber_limit = subscriber_limit
@@ -527,6 +535,7 @@ class Registry:
         self.engine_threads = engine_threads
         self.validate = validate
         self.world_factory = world_factory
+        self.heavy = heavy                # heavy.HeavyFrames, or None: every frame on its call's thread
         self.worlds: dict[str, WorldRunner] = {}
         self.storage = None               # storage.Storage of a server with a data directory
         self.recovering = False           # calls are refused UNAVAILABLE until the data directory is recovered
@@ -580,7 +589,7 @@ class Registry:
                 generation = self._generation
             runner = WorldRunner(name, world, config, int(expected_objects), self.metrics,
                                  self.queue_size, self.subscriber_limit, self.subscriber_bytes, self.budget,
-                                 generation, self.validate)
+                                 generation, self.validate, heavy=self.heavy)
             if state is not None:
                 self._fill(runner, state)
             if self.storage is not None and not recovered:

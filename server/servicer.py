@@ -186,7 +186,7 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
     def ApplyFrame(self, raw: bytes, context):
         received = time.perf_counter()
         with self.registry.frame_call():
-            runner, applied = self._apply(protocol.read_frame(raw), received, Caller(context), raw=raw)
+            runner, applied = self._apply(protocol.parse_frame(raw), received, Caller(context), raw=raw)
         runner.published(applied)
         return protocol.apply_response(applied)
 
@@ -203,7 +203,7 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
                 received = time.perf_counter()
                 seq = 0
                 try:
-                    frame = protocol.read_frame(raw)
+                    frame = protocol.parse_frame(raw)
                     seq = frame.seq
                     if bound and frame.world != bound:
                         raise cluster.WrongWorld(frame.world, bound)

@@ -13,8 +13,10 @@
    transport alone (delivered, p50 / p99) and the server's CPU per message, so
    ``server_cpu_ms_per_frame / echo_cpu_ms_per_frame`` is the service's own cost per frame over gRPC's.
 3. Heavy neighbour: a world of 100-object frames streams alone at H frames/s (p99 alone), then again
-   while a heavy world (``--heavy-objects``, frames sent back to back) streams in the same server;
-   reports the small world's p99 with the neighbour / alone.
+   while a heavy world (``--heavy-objects``, frames sent back to back, every object moving) streams in
+   the same server from a load generator process of its own (its multi-megabyte messages would
+   otherwise hold up the timed stream's event loop); reports the small world's p99 with the neighbour /
+   alone and the heavy world's own frames/s.
 
 The load generator is one asyncio loop with raw stubs and frames encoded before the timed part.
 Server CPU is read from /proc/PID/stat, so it needs the server's PID: ``spawn``, or ``--server-pid``.
@@ -254,17 +256,66 @@ async def _echo(address: str, frames: dict, hz: float, seconds: float, aligned: 
     return sum(done), rtts
 
 
-async def _neighbour(address: str, small: list, heavy: list | None, hz: float, seconds: float) -> list:
-    """The small world's round trips at hz, while the heavy world (if any) streams frames back to back."""
-    async with _aio_channel(address) as channel:
-        stub = pb_grpc.SapgridServiceStub(channel)
-        rtts: list[float] = []
-        start = _Start(1 if heavy is None else 2, hz, aligned=True)
-        tasks = [_paced_stream(stub, small, hz, seconds, start, 0, rtts)]
-        if heavy is not None:
-            tasks.append(_paced_stream(stub, heavy, 1e6, seconds, start, 1, []))
-        await asyncio.gather(*tasks)
-    return rtts
+class _Signalled:
+    """A heavy client's start: after its warm-up it sets ``ready`` and waits for ``go`` (process events)."""
+
+    def __init__(self, ready, go):
+        self.ready, self.go = ready, go
+
+    async def at(self, k: int) -> float:
+        self.ready.set()
+        await asyncio.get_running_loop().run_in_executor(None, self.go.wait, HEAVY_START_S)
+        return time.perf_counter()
+
+
+HEAVY_START_S = 300.0              # at most this long for the heavy client's process to start and warm up
+
+
+def _heavy_client(address: str, world: str, n: int, seed: int, seconds: float, ready, go, answered) -> None:
+    """In a process of its own: the heavy world's frames (every object moving) back to back for ``seconds``
+    once ``go`` is set; ``answered.value``: the frames answered meanwhile. Its own process, so encoding and
+    decoding its multi-megabyte messages never delays the small world's timed stream in the generator."""
+    _, updates = _moving_frames(world, n, np.random.default_rng(seed))
+
+    async def run() -> int:
+        async with _aio_channel(address) as channel:
+            return await _paced_stream(pb_grpc.SapgridServiceStub(channel), updates, 1e6, seconds,
+                                       _Signalled(ready, go), 0, [])
+    answered.value = asyncio.run(run())
+
+
+def _neighbour(address: str, small: list, heavy: tuple | None, hz: float, seconds: float) -> tuple[list, int]:
+    """The small world's round trips at hz, while the heavy world (if any: (name, objects, seed)) streams
+    frames back to back from a process of its own; and the heavy world's frames answered meanwhile."""
+    async def timed() -> list:
+        async with _aio_channel(address) as channel:
+            rtts: list[float] = []
+            await _paced_stream(pb_grpc.SapgridServiceStub(channel), small, hz, seconds, _Start(1, hz, True), 0, rtts)
+        return rtts
+
+    if heavy is None:
+        return asyncio.run(timed()), 0
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")          # no fork of a process with gRPC's threads
+    ready, go, answered = ctx.Event(), ctx.Event(), ctx.Value("q", -1)
+    proc = ctx.Process(target=_heavy_client, args=(address, *heavy, seconds, ready, go, answered), daemon=True)
+    proc.start()
+    try:
+        deadline = time.monotonic() + HEAVY_START_S
+        while not ready.wait(0.5):
+            if not proc.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the heavy world's client did not start (exit code {proc.exitcode})")
+        go.set()
+        rtts = asyncio.run(timed())
+        proc.join(seconds + 60)
+        if answered.value < 0:
+            raise RuntimeError(f"the heavy world's client failed (exit code {proc.exitcode})")
+        return rtts, answered.value
+    finally:
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(10)
 
 
 def _ms(rtts: list, q: float) -> float:
@@ -316,14 +367,15 @@ def measure(address: str, pid: int, worlds: int, objects: int, hz: float, second
         frames = _setup_worlds(address, [small], 100, seed + 1)
         frames.update(_setup_worlds(address, [heavy], heavy_objects, seed + 2))
         try:
-            alone, _, _, alone_others = _measured(pid, lambda: asyncio.run(_neighbour(address, frames[small], None,
-                                                                                     hz, seconds)))
-            beside, _, _, beside_others = _measured(pid, lambda: asyncio.run(_neighbour(address, frames[small],
-                                                                                       frames[heavy], hz, seconds)))
+            (alone, _), _, _, alone_others = _measured(pid, lambda: _neighbour(
+                address, frames[small], None, hz, seconds))
+            (beside, heavy_done), _, _, beside_others = _measured(pid, lambda: _neighbour(
+                address, frames[small], (heavy, heavy_objects, seed + 3), hz, seconds))
         finally:
             _drop_worlds(address, [small, heavy])
         out.update(small_p99_alone_ms=_ms(alone, 99), small_p99_with_heavy_ms=_ms(beside, 99),
-                   heavy_objects=heavy_objects, alone_others_cores=alone_others, beside_others_cores=beside_others)
+                   heavy_objects=heavy_objects, heavy_frames_per_s=heavy_done / seconds,
+                   alone_others_cores=alone_others, beside_others_cores=beside_others)
     return out
 
 
@@ -372,6 +424,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"| 100-object world p99 alone / beside a {r['heavy_objects']}-object world | "
               f"{r['small_p99_alone_ms']:.2f} / {r['small_p99_with_heavy_ms']:.2f} ms ({ratio:.2f}x) | <= 3x "
               f"| {ok(ratio <= TARGETS['neighbour_ratio'])} |")
+        print(f"| the heavy world's own frames/s meanwhile | {r['heavy_frames_per_s']:.1f} | | |")
     if pid:
         during = f"frames {r['others_cores']:.2f}, echo {r['echo_others_cores']:.2f}"
         if "small_p99_alone_ms" in r:

@@ -1,0 +1,253 @@
+"""The frame path's cheaper steps give what the general ones give: parsing (protobuf's parser for small
+requests, the zero-copy reader for large ones), the updates-only arrays, the per-frame metrics (counted
+by a collector, exported as prometheus_client's own types would), and heavy frames on their
+lower-priority thread."""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from sapgrid.client.codec import encode_frame
+from sapgrid.server import protocol
+from sapgrid.server.config import ServerConfig
+from sapgrid.server.errors import InvalidInput
+from sapgrid.server.heavy import HeavyFrames
+from sapgrid.server.metrics import LATENCY_BUCKETS, PHASES, Metrics
+from sapgrid.server.registry import Caller, Registry
+from sapgrid.v1 import sapgrid_service_pb2 as pb
+
+FIELDS = ("remove_ids", "add_ids", "add_boxes", "add_category", "add_mask", "add_static", "update_ids",
+          "update_boxes")
+
+
+def _request(n: int, seed: int, updates_only: bool) -> bytes:
+    rng = np.random.default_rng(seed)
+    req = pb.StreamFramesRequest()
+    kw = dict(update_ids=np.arange(n), update_boxes=rng.random((n, 4)))
+    if not updates_only:
+        kw.update(add_ids=np.arange(n, 2 * n), add_boxes=rng.random((n, 4)), add_static=rng.random(n) < 0.5,
+                  remove_ids=[7, 9])
+    encode_frame("w", seed + 1, **kw, into=req.frame)
+    return req.SerializeToString()
+
+
+@pytest.mark.parametrize("n", [0, 3, 100, 2000, 5000])      # 5000 boxes: beyond PARSE_BYTES, read zero-copy
+@pytest.mark.parametrize("updates_only", [True, False])
+def test_parse_frame_and_arrays_agree_with_protobuf(n, updates_only):
+    raw = _request(n, n, updates_only)
+    want = pb.StreamFramesRequest.FromString(raw).frame
+    got = protocol.parse_frame(raw)
+    assert isinstance(got, protocol.FrameView) == (len(raw) > protocol.PARSE_BYTES)
+    assert got.world == want.world and got.seq == want.seq and got.writer == want.writer
+    for f in FIELDS:
+        assert bytes(getattr(got, f)) == getattr(want, f), f
+    fast, general = protocol.frame_arrays(got, 2), protocol.frame_arrays(protocol.read_frame(raw), 2)
+    assert fast.keys() == general.keys()
+    for key in fast:
+        assert (fast[key] is None) == (general[key] is None), key
+        if fast[key] is not None:
+            np.testing.assert_array_equal(fast[key], general[key])
+            assert fast[key].dtype == general[key].dtype
+
+
+def test_parse_frame_refuses_what_protobuf_refuses():
+    with pytest.raises(InvalidInput, match="not a valid protobuf message"):
+        protocol.parse_frame(b"\x0a\x05ab")
+    frame = pb.StreamFramesRequest.FromString(_request(4, 1, True)).frame
+    frame.update_boxes = frame.update_boxes[:-1]                    # a box short of its bytes
+    with pytest.raises(InvalidInput, match="update_boxes"):
+        protocol.frame_arrays(protocol.parse_frame(pb.StreamFramesRequest(frame=frame).SerializeToString()), 2)
+
+
+class _Stats:
+    def __init__(self, rng):
+        self.objects, self.pairs = int(rng.integers(0, 1000)), int(rng.integers(0, 1000))
+        self.created, self.deleted, self.swaps = (int(x) for x in rng.integers(0, 50, 3))
+        self.cell_overflows = int(rng.integers(0, 2))
+        # some values exactly on a bucket's edge (an edge's bucket holds it: le means <=)
+        pick = lambda: float(rng.choice(LATENCY_BUCKETS)) if rng.random() < 0.3 else float(rng.exponential(0.003))
+        self.validate_s, self.rasterize_s, self.apply_s, self.merge_s, self.total_s = (pick() for _ in range(5))
+        self.queue_s, self.server_s = pick(), pick()
+
+
+def test_frame_series_export_what_prometheus_client_types_export():
+    """The collector's exposition equals that of prometheus_client's Counter/Gauge/Histogram fed the same frames."""
+    metrics = Metrics(process=False)
+    ref = CollectorRegistry()
+    frames = Counter("sapgrid_frames_total", "Frames by outcome (ok or the gRPC status code name)",
+                     ["world", "outcome"], registry=ref)
+    gauges = {k: Gauge(f"sapgrid_world_{k}", h, ["world"], registry=ref)
+              for k, h in (("objects", "Live objects per world"), ("pairs", "Active overlapping pairs per world"))}
+    counters = {k: Counter(name, h, ["world"], registry=ref) for k, name, h in (
+        ("created", "sapgrid_pairs_created_total", "Pairs created (reported in deltas)"),
+        ("deleted", "sapgrid_pairs_deleted_total", "Pairs deleted (reported in deltas)"),
+        ("swaps", "sapgrid_endpoint_swaps_total", "Endpoint swaps of the incremental sorts"),
+        ("cell_overflows", "sapgrid_cell_overflows_total", "Cells whose pair-event buffer overflowed and were "
+                                                           "recomputed"))}
+    latency = Histogram("sapgrid_frame_duration_seconds", "Frame latency by phase: queue wait, engine validate/"
+                        "rasterize/apply/merge, engine total, total server time", ["world", "phase"],
+                        buckets=LATENCY_BUCKETS, registry=ref)
+    rng = np.random.default_rng(5)
+    for w in ("a", "b", "gone"):
+        metrics.world_created(w, 1)
+        for m in (*gauges.values(), *counters.values()):
+            m.labels(w)
+    for _ in range(300):
+        w = str(rng.choice(["a", "b", "gone"]))
+        s = _Stats(rng)
+        metrics.frame_applied(w, s, s.queue_s, s.server_s)
+        frames.labels(w, "ok").inc()
+        for k, g in gauges.items():
+            g.labels(w).set(getattr(s, k))
+        for k, c in counters.items():
+            c.labels(w).inc(getattr(s, k))
+        for phase, value in zip(PHASES, (s.queue_s, s.validate_s, s.rasterize_s, s.apply_s, s.merge_s, s.total_s,
+                                         s.server_s)):
+            latency.labels(w, phase).observe(value)
+    for w, outcome in (("a", "invalid_argument"), (None, "not_found"), ("gone", "invalid_argument")):
+        metrics.frame_rejected(w, outcome)
+        frames.labels(w or "_unknown", outcome).inc()
+    metrics.world_deleted("gone", 2)
+    for m in (frames, latency, *gauges.values(), *counters.values()):
+        m.remove_by_labels({"world": "gone"})
+
+    def lines(registry, names):
+        text = generate_latest(registry).decode()
+        return sorted(line for line in text.splitlines() if line.split("{")[0].split(" ")[0] in names
+                      or any(line.startswith(f"# {k} {n} ") for k in ("HELP", "TYPE") for n in names))
+
+    names = {"sapgrid_frames_total", "sapgrid_world_objects", "sapgrid_world_pairs", "sapgrid_pairs_created_total",
+             "sapgrid_pairs_deleted_total", "sapgrid_endpoint_swaps_total", "sapgrid_cell_overflows_total",
+             "sapgrid_frame_duration_seconds", "sapgrid_frame_duration_seconds_bucket",
+             "sapgrid_frame_duration_seconds_count", "sapgrid_frame_duration_seconds_sum"}
+    got, want = lines(metrics.registry, names), lines(ref, names)
+    assert len(want) > 300 and 'world="gone"' not in "".join(got)
+    for g, w in zip(got, want):
+        if g != w and g.startswith("sapgrid_frame_duration_seconds_sum"):     # float sums: same to 1e-9
+            gk, gv = g.rsplit(" ", 1)
+            wk, wv = w.rsplit(" ", 1)
+            assert gk == wk and float(gv) == pytest.approx(float(wv), rel=1e-9)
+        else:
+            assert g == w
+    assert len(got) == len(want)
+
+
+def test_heavy_frames_run_on_a_lower_priority_thread():
+    """A world at or above the size runs its frames on the heavy-frame thread, its nice value raised (Linux);
+    a smaller world's frames run on the calling thread; refusals come back to the caller all the same."""
+    from sapcore import World, WorldConfig
+
+    seen = {}
+
+    def factory(cfg):
+        world = World(cfg)
+        step = world.step
+
+        def recording_step(**kw):
+            tid = threading.get_native_id()
+            seen.setdefault(cfg.bounds[2], []).append((tid, os.getpriority(os.PRIO_PROCESS, tid)))
+            return step(**kw)
+        world.step = recording_step
+        return world
+
+    heavy = HeavyFrames(min_objects=50, nice=5)
+    registry = Registry(Metrics(process=False), world_factory=factory, heavy=heavy)
+    try:
+        small = registry.create("small", WorldConfig(dims=2, bounds=(0, 0, 10, 10), cells=(2, 2)))
+        big = registry.create("big", WorldConfig(dims=2, bounds=(0, 0, 20, 20), cells=(2, 2)))
+        rng = np.random.default_rng(1)
+
+        def boxes(n):
+            c = rng.uniform(0, 10, (n, 2)).astype(np.float32)
+            return np.concatenate([c, c + 1], axis=1)
+
+        caller = Caller()
+        small.apply(dict(add_ids=np.arange(1, 11, dtype=np.uint64), add_boxes=boxes(10)), 1, 0.0, caller)
+        big.apply(dict(add_ids=np.arange(1, 61, dtype=np.uint64), add_boxes=boxes(60)), 1, 0.0, caller)   # 0 + 60 adds
+        big.apply(dict(update_ids=np.arange(1, 61, dtype=np.uint64), update_boxes=boxes(60)), 2, 0.0, caller)
+        with pytest.raises(Exception, match="unknown|not live|99"):
+            big.apply(dict(remove_ids=np.array([99], np.uint64)), 3, 0.0, caller)
+        assert big.frames == 2 and big.objects == 60 and small.frames == 1
+        me = threading.get_native_id()
+        base = os.getpriority(os.PRIO_PROCESS, me)
+        assert seen[10.0] == [(me, base)]
+        assert len(seen[20.0]) == 3 and len({tid for tid, _ in seen[20.0]}) == 1
+        tid, nice = seen[20.0][0]
+        assert tid != me and tid == heavy.native_id
+        if os.uname().sysname == "Linux":
+            assert nice == min(19, base + 5) == heavy.thread_nice
+        assert os.getpriority(os.PRIO_PROCESS, me) == base                # the caller's priority is unchanged
+    finally:
+        heavy.shutdown()
+
+
+def test_heavy_frame_flags_are_checked():
+    assert ServerConfig().heavy_frame_objects > 0 and ServerConfig().heavy_frame_nice == 10
+    assert ServerConfig(heavy_frame_objects=0).heavy_frame_objects == 0
+    import argparse
+
+    from sapgrid.server.config import add_arguments, from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for flag, value in (("--heavy-frame-objects", "-1"), ("--heavy-frame-nice", "-1"), ("--heavy-frame-nice", "20"),
+                        ("--heavy-frame-nice", "x")):
+        with pytest.raises(ValueError, match=flag):
+            from_args(parser.parse_args([flag, value]), env={})
+    assert from_args(parser.parse_args(["--heavy-frame-nice", "3"]), env={}).heavy_frame_nice == 3
+    with pytest.raises(ValueError):
+        HeavyFrames(0, 10)
+
+
+@pytest.mark.parametrize("created,deleted", [(0, 0), (5, 0), (0, 3), (2047, 2048), (2048, 2048), (5000, 0),
+                                             (0, 5000), (9000, 7000)])
+def test_delta_bytes_are_what_protobuf_serializes(created, deleted):
+    """Small deltas pass through the message, large ones are framed around it: the same bytes either way."""
+    from sapcore.types import Delta, FrameStats
+
+    from sapgrid.layout import U64, to_bytes
+    from sapgrid.server.registry import Applied
+    from sapgrid.v1 import frame_pb2
+
+    rng = np.random.default_rng(created + 7 * deleted)
+    pairs = [np.sort(rng.integers(0, 2**64, (n, 2), dtype=np.uint64), axis=1) for n in (created, deleted)]
+    stats = FrameStats(100, 5, created, deleted, 30, 4, 0, 0.0, 1e-6, 1e-5, 0.0, 2e-5)
+    applied = Applied("w-1", 2**63 + 5, 77, Delta(pairs[0], pairs[1], stats), 1e-6, 5e-5, None,
+                      digest=int(rng.integers(0, 2**63)))
+    want = frame_pb2.Delta(seq=applied.seq, world=applied.world, frame=applied.frame, created=to_bytes(pairs[0], U64),
+                           deleted=to_bytes(pairs[1], U64), stats=protocol.stats_message(stats, 1e-6, 5e-5),
+                           pairs_digest=applied.digest).SerializeToString()
+    got = protocol.delta_bytes(applied)
+    assert got == want and protocol.delta_bytes(applied) is got                  # made once
+    resp = pb.StreamFramesResponse.FromString(protocol.stream_response(applied.seq, applied))
+    assert resp.seq == applied.seq and resp.delta.SerializeToString() == want
+
+
+def test_the_digest_of_a_large_delta_is_the_contract_digest():
+    """A delta of NOGIL_PAIRS pairs or more takes the kernel twin that releases the GIL: the same value."""
+    from sapgrid import layout
+    from sapgrid.server import digest
+
+    rng = np.random.default_rng(11)
+    for n_created, n_deleted in ((digest.NOGIL_PAIRS, 0), (0, digest.NOGIL_PAIRS), (30_000, 25_000),
+                                 (digest.NOGIL_PAIRS - 1, 0)):
+        created = rng.integers(0, 2**64, (n_created, 2), dtype=np.uint64)
+        deleted = rng.integers(0, 2**64, (n_deleted, 2), dtype=np.uint64)
+        value = int(rng.integers(0, 2**63))
+        assert digest.digest_step(value, created, deleted) == layout.digest_step(value, created, deleted)
+
+
+def test_the_bench_heavy_neighbour_streams_from_its_own_process(make_server):
+    """The neighbour measure: the small world's round trips beside a heavy world whose client runs in a
+    process of its own, and the heavy world's own frames counted (its frames reach the server's heavy thread)."""
+    from sapgrid.tools import bench_worlds
+
+    server = make_server(echo=True, metrics_port=-1, heavy_frame_objects=1500)
+    r = bench_worlds.measure(server.address, os.getpid(), 1, 50, 10.0, 1.0, 2000)
+    assert 0 < r["small_p99_alone_ms"] and 0 < r["small_p99_with_heavy_ms"], r
+    assert r["heavy_frames_per_s"] > 0 and r["heavy_objects"] == 2000, r
+    assert server.app.registry.heavy.native_id is not None      # the heavy world's frames ran on its thread
