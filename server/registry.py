@@ -344,7 +344,7 @@ class WorldRunner:
         raw: the request as received, appended to the world's log (with a data directory) before the frame
         is applied. Every refusal (full line, writer's seq, log write, engine validation) raises, is
         counted, and changes nothing. Call ``published`` with the result once the caller has its answer.
-        A frame of a world of ``heavy.min_objects`` objects or more runs on the heavy-frame thread (at a
+        A frame of a world of ``heavy.min_objects`` objects or more runs on a heavy-frame thread (at a
         lower priority, see heavy.py) while this thread holds the world's turn and waits for it.
         """
         heavy = self.heavy
