@@ -12,8 +12,8 @@ scheduler (CFS: a nice-10 thread weighs ~1/10 of a nice-0 one) runs a small fram
 arrives, taking the core from a heavy frame's kernels instead of waiting for a time slice.
 
 An unprivileged process cannot raise a thread's priority again once lowered, hence dedicated threads
-that never runs anything else. Where the priority cannot be lowered (not Linux, or refused), heavy
-frames still run on that thread, at the process's priority, and the server logs it once.
+that never run anything else. Where the priority cannot be lowered (not Linux, or refused), heavy
+frames still run on those threads, at the process's priority, and the server logs it.
 """
 from __future__ import annotations
 
