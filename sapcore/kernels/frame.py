@@ -27,8 +27,7 @@ from .._numba import NJIT, NJIT_INLINE, njit
 from .arena import frame_room
 from .grid import _CLAMP, FLAG_MOVED, FLAG_MOVED_CELLS, grid_rasterize, grid_ranges_serial
 from .hashing import EVENT_REMOVED, KEY_MASK
-from .merge import _TOUCH, cells_net_serial, world_shard
-from .pair_set import pair_set_find, pair_set_find_slot, pair_set_insert, pair_set_remove_slot
+from .merge import cells_net_serial, merge_events, world_shard
 from .sap_cell import cells_apply_serial
 from .validate import boxes_check_serial
 
@@ -156,52 +155,13 @@ def _merge_ids(ev_key, ev_off, out_n, shards, g_slots, g_keys, g_cnt, cap, g_n, 
     nde = 0
     pairs = 0
     half = cap // 2
+    ch_key, ch_orig, ch_p = ub[3 * total:], ib[total:2 * total], ib[2 * total:3 * total]
     for s in range(shards):         # ``_merge_shard`` with the workspace's rows
         lo = ib[o + s]
-        m = ib[o + s + 1] - lo
-        sb = s * cap
-        pb = s * half
-        gn = g_n[s]
-        nc = 0
-        for r in range(m):
-            ek = ub[lo + r]
-            key = ek & KEY_MASK
-            p = pair_set_find(g_slots, g_keys, sb, cap, pb, key)
-            if p < 0:
-                gn = pair_set_insert(g_slots, g_keys, g_cnt, sb, cap, pb, gn, key, _TOUCH)
-                p = gn - 1
-                ub[3 * total + nc] = key
-                ib[total + nc] = 0
-                ib[2 * total + nc] = p
-                nc += 1
-            elif (g_cnt[pb + p] & _TOUCH) == 0:
-                ub[3 * total + nc] = key
-                ib[total + nc] = g_cnt[pb + p]
-                ib[2 * total + nc] = p
-                nc += 1
-                g_cnt[pb + p] |= _TOUCH
-            if (ek & EVENT_REMOVED) != 0:
-                g_cnt[pb + p] -= 1
-            else:
-                g_cnt[pb + p] += 1
-        nz = 0
-        for r in range(nc):
-            p = ib[2 * total + r]
-            now = g_cnt[pb + p] & ~_TOUCH
-            g_cnt[pb + p] = now
-            key = ub[3 * total + r]
-            if now == 0:
-                ub[3 * total + nz] = key        # removed below (r >= nz: in place is safe)
-                nz += 1
-                if ib[total + r] > 0:
-                    ub[2 * total + nde] = key
-                    nde += 1
-            elif ib[total + r] == 0:
-                ub[total + ncr] = key
-                ncr += 1
-        for r in range(nz):
-            i = pair_set_find_slot(g_slots, g_keys, sb, cap, pb, ub[3 * total + r])
-            gn = pair_set_remove_slot(g_slots, g_keys, g_cnt, sb, cap, pb, gn, i)
+        c, d, gn = merge_events(ub, lo, ib[o + s + 1] - lo, g_slots, g_keys, g_cnt, s * cap, cap, s * half, g_n[s],
+                                ch_key, ch_orig, ch_p, ub, total + ncr, ub, 2 * total + nde, False)
+        ncr += c
+        nde += d
         g_n[s] = gn
         pairs += gn
     created = np.empty((ncr, 2), np.uint64)

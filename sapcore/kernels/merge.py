@@ -165,26 +165,22 @@ _AHEAD2 = 16
 
 
 @njit(**NJIT_INLINE)
-def _merge_shard(s, events, off, g_slots, g_keys, g_cnt, cap, g_n, created, deleted):
-    """Merge shard s's events (``world_merge``); returns (created, deleted) counts, written from
-    ``off[s]`` on. Inlined: called once per shard by both merges."""
-    half = cap // 2
-    lo = off[s]
-    m = off[s + 1] - lo
-    sb = s * cap
-    pb = s * half
-    gn = g_n[s]
-    ch_key = np.empty(m, np.uint64)
-    ch_orig = np.empty(m, np.int32)
-    ch_p = np.empty(m, np.int64)
+def merge_events(events, lo, m, g_slots, g_keys, g_cnt, sb, cap, pb, gn, ch_key, ch_orig, ch_p, created, c0,
+                 deleted, d0, prefetch):
+    """Merge ``events[lo:lo + m]`` (one shard's, in their order) into the shard's pair counts (slots from
+    ``sb``, pairs from ``pb``, ``gn`` of them); its created and deleted keys go to ``created`` from ``c0``
+    and ``deleted`` from ``d0``. ``ch_key`` / ``ch_orig`` / ``ch_p``: room for ``m`` changed pairs.
+    ``prefetch``: request the table's slots and pairs of events ahead (a table far bigger than a cache).
+    Returns (created, deleted, the shard's pair count after). Inlined: ``_merge_shard`` and the one-call
+    frame (``kernels.frame``, with its workspace's rows) share it."""
     nc = 0
     mask = np.uint64(cap - 1)
     for r in range(m):
-        # the table is far bigger than a cache: the slot of the event _AHEAD2 ahead is requested from
-        # memory, and the pair (key, count) of the event _AHEAD1 ahead, whose slot is at hand by then
-        if r + _AHEAD2 < m:
+        # the slot of the event _AHEAD2 ahead is requested from memory, and the pair (key, count) of
+        # the event _AHEAD1 ahead, whose slot is at hand by then
+        if prefetch and r + _AHEAD2 < m:
             prefetch_flat(g_slots, sb + np.int64(hash_u64(events[lo + r + _AHEAD2] & KEY_MASK) & mask))
-        if r + _AHEAD1 < m:
+        if prefetch and r + _AHEAD1 < m:
             q = g_slots[sb + np.int64(hash_u64(events[lo + r + _AHEAD1] & KEY_MASK) & mask)]
             if q >= 0:
                 prefetch_flat(g_keys, pb + q)
@@ -221,15 +217,26 @@ def _merge_shard(s, events, off, g_slots, g_keys, g_cnt, cap, g_n, created, dele
             ch_key[nz] = ch_key[r]          # removed below (r >= nz: in place is safe)
             nz += 1
             if ch_orig[r] > 0:
-                deleted[lo + nde] = ch_key[r]
+                deleted[d0 + nde] = ch_key[r]
                 nde += 1
         elif ch_orig[r] == 0:
-            created[lo + ncr] = ch_key[r]
+            created[c0 + ncr] = ch_key[r]
             ncr += 1
     for r in range(nz):
         i = pair_set_find_slot(g_slots, g_keys, sb, cap, pb, ch_key[r])
         gn = pair_set_remove_slot(g_slots, g_keys, g_cnt, sb, cap, pb, gn, i)
-    g_n[s] = gn
+    return ncr, nde, gn
+
+
+@njit(**NJIT_INLINE)
+def _merge_shard(s, events, off, g_slots, g_keys, g_cnt, cap, g_n, created, deleted):
+    """Merge shard s's events (``world_merge``); returns (created, deleted) counts, written from
+    ``off[s]`` on. Inlined: called once per shard by both merges."""
+    lo = off[s]
+    m = off[s + 1] - lo
+    ncr, nde, g_n[s] = merge_events(events, lo, m, g_slots, g_keys, g_cnt, s * cap, cap, s * (cap // 2), g_n[s],
+                                    np.empty(m, np.uint64), np.empty(m, np.int32), np.empty(m, np.int64),
+                                    created, lo, deleted, lo, True)
     return ncr, nde
 
 
