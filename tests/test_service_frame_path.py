@@ -186,6 +186,26 @@ def test_heavy_frames_run_on_a_lower_priority_thread():
         heavy.shutdown()
 
 
+def test_heavy_frames_give_way_only_while_a_small_world_streams(monkeypatch):
+    """A heavy world's frames go to the niced threads only within SMALL_ACTIVE_S of a small world's frame:
+    alone, they run on their call's thread at the default priority."""
+    from sapgrid.server import heavy as heavy_mod
+
+    clock = [1000.0]
+    monkeypatch.setattr(heavy_mod.time, "monotonic", lambda: clock[0])
+    heavy = HeavyFrames(min_objects=50, nice=1, threads=1)
+    try:
+        assert not heavy.takes(100)                      # no small world has streamed yet
+        assert not heavy.takes(10)                       # a small frame: on its caller, stamps the time
+        assert heavy.takes(100) and heavy.takes(50)
+        clock[0] += heavy_mod.SMALL_ACTIVE_S - 0.01
+        assert heavy.takes(100)
+        clock[0] += 0.02                                 # the small world went quiet
+        assert not heavy.takes(100)
+    finally:
+        heavy.shutdown()
+
+
 def test_heavy_frames_of_different_worlds_run_side_by_side():
     """Two heavy frames at once (two worlds' callers) run on two heavy threads, not one after the other:
     each waits at a barrier for the other, which a single thread would never reach (BrokenBarrierError)."""
