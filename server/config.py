@@ -45,8 +45,9 @@ class ServerConfig:
         plaintext port of the health service alone (probes that cannot speak TLS).
     max_calls_per_client, max_worlds_per_client, max_objects_per_client : per-client quotas (0: none).
     stream_idle_seconds, subscriber_stall_seconds : end idle frame streams and stalled server streams (0: never).
-    heavy_frame_objects, heavy_frame_nice : frames of worlds of at least this many objects run on a thread of
-        their own whose nice value is raised by heavy_frame_nice (server/heavy.py; 0 objects: off).
+    heavy_frame_objects, heavy_frame_nice : frames of worlds of at least this many objects, while a smaller
+        world streams, run on heavy-frame threads whose nice value is raised by heavy_frame_nice
+        (server/heavy.py; 0 objects: off).
     """
 
     listen: str = DEFAULT_ADDRESS
@@ -212,10 +213,10 @@ _HELP = {
                            "(default 300; 0: never)",
     "subscriber_stall_seconds": "end a subscription (or any server stream) whose client takes no message for this "
                                 "long, freeing its slot (default 60; 0: never)",
-    "heavy_frame_objects": "frames of worlds of at least this many objects run on a thread of their own at a lower "
-                           "CPU priority (see --heavy-frame-nice), so small worlds' frames go first (default 32768; "
-                           "0: every frame on its call's thread)",
-    "heavy_frame_nice": "how much lower that thread's priority is: its nice value is raised by this much, "
+    "heavy_frame_objects": "frames of worlds of at least this many objects run, while a smaller world streams, on "
+                           "heavy-frame threads at a lower CPU priority (see --heavy-frame-nice), so small worlds' "
+                           "frames go first (default 32768; 0: every frame on its call's thread)",
+    "heavy_frame_nice": "how much lower those threads' priority is: their nice value is raised by this much, "
                         "0-19 (default 10; Linux)",
 }
 

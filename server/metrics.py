@@ -209,7 +209,7 @@ class FrameSeries:
                 del self._rejected[key]
 
     def applied(self, world: str, s, queue_s: float, server_s: float) -> None:
-        w = self._worlds.get(world) or self.world(world)
+        w = self.world(world)
         bounds, buckets, sums = LATENCY_BUCKETS, w.buckets, w.sums
         with w.lock:
             w.ok += 1

@@ -27,7 +27,7 @@ from .._numba import NJIT, NJIT_INLINE, njit
 from .arena import frame_room
 from .grid import _CLAMP, FLAG_MOVED, FLAG_MOVED_CELLS, grid_rasterize, grid_ranges_serial
 from .hashing import EVENT_REMOVED, KEY_MASK
-from .merge import cells_net_serial, merge_events, world_shard
+from .merge import cells_net_serial, keys_to_ids, merge_events, world_shard
 from .sap_cell import cells_apply_serial
 from .validate import boxes_check_serial
 
@@ -74,16 +74,7 @@ def _ids_sorted(keys, obj_id, out, packed):
     """Handle-pair keys -> sorted uint64 rows (low id, high id) in ``out`` (uint64 [K, 2], K = ``keys``'
     length; ``World._keys_to_id_pairs``), with ``packed`` (uint64, >= K) as its workspace."""
     k = keys.shape[0]
-    small = True
-    for i in range(k):
-        a = obj_id[np.int64(keys[i] >> _S32)]
-        b = obj_id[np.int64(keys[i] & _LO32)]
-        if a > b:
-            a, b = b, a
-        out[i, 0] = a
-        out[i, 1] = b
-        small = small and b <= _LO32
-    if not small:           # an id beyond 32 bits: sorted by (low, high) the long way
+    if not keys_to_ids(keys, obj_id, out[:, 0], out[:, 1]):    # an id beyond 32 bits: sorted the long way
         lo = out[:, 0].copy()
         hi = out[:, 1].copy()
         order = np.argsort(hi, kind="mergesort")

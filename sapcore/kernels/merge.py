@@ -277,10 +277,11 @@ def world_merge_small(ev_key, ev_off, out_n, shards, g_slots, g_keys, g_cnt, cap
     return True, gather_runs(created, off, n_cr), gather_runs(deleted, off, n_de), pairs
 
 
-@njit(**NJIT)
+@njit(**NJIT_INLINE)
 def keys_to_ids(keys, obj_id, lo, hi):
     """Handle-pair keys -> id pairs (lo <= hi) in ``lo``/``hi``; returns whether every id fits in 32
-    bits (then ``lo << 32 | hi`` sorts the pairs)."""
+    bits (then ``lo << 32 | hi`` sorts the pairs). Inlined where a kernel calls it (the one-call frame's
+    ``_ids_sorted``, with the columns of its rows); ``World`` calls it from Python."""
     small = True
     for i in range(keys.shape[0]):
         a = obj_id[np.int64(keys[i] >> np.uint64(32))]
