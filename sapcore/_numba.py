@@ -2,8 +2,8 @@
 
 Kernels are compiled once and cached on disk (``cache=True``, in ``CACHE_DIR``: one directory per version
 of sapcore's sources, see ``sources_digest``); they release the GIL (``nogil=True``)
-so the server's other calls and worlds keep running while a frame is applied. No kernel takes a
-callback, so every one of them can be cached.
+so the server's other calls and worlds keep running while a frame is applied (all but the entry of a small
+frame's one call, ``NJIT_HELD``). No kernel takes a callback, so every one of them can be cached.
 """
 import os
 
@@ -101,6 +101,10 @@ NJIT_SERIAL = dict(NJIT, parallel=True)
 #: Small helpers that take arrays are inlined into their callers at the numba IR level: a real call
 #: would pay two atomic reference-count updates per array argument, which costs more than the helper.
 NJIT_INLINE = dict(NJIT, inline="always")
+#: A kernel that keeps the GIL: the entry of a kernel for work so short that letting other threads run
+#: meanwhile costs more than it gives (``kernels.frame.frame_listed_held``). A function of its own: numba's
+#: cache keys a kernel by its function and signature, not by these options.
+NJIT_HELD = dict(NJIT, nogil=False)
 
 njit = numba.njit
 prange = numba.prange

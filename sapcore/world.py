@@ -229,7 +229,8 @@ class World:
             self._listed_state()
         live = objects.count
         (status, row, code, axis, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created,
-         deleted) = kframe.frame_listed(upd, boxes, live, self.frames + 1, self._listed)
+         deleted) = (kframe.frame_listed_held if nu < parallel.HOLD_GIL_BELOW else kframe.frame_listed)(
+            upd, boxes, live, self.frames + 1, self._listed)
         if status == kframe.PAIRS_DONE:
             self.frames += 1
             if pairs >= 0:

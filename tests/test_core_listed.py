@@ -159,3 +159,37 @@ def test_merge_ids_equals_world_merge_small_and_the_sorted_id_pairs(big_ids):
     assert not done and cr.shape == de.shape == (0, 2)
     for a, b in zip(before, got):
         assert (a == b).all()
+
+
+def test_a_small_one_call_frame_keeps_the_gil_and_a_larger_one_releases_it(monkeypatch):
+    """Under ``parallel.HOLD_GIL_BELOW`` updates the one call is ``frame_listed_held`` (compiled without
+    ``nogil``), from there on ``frame_listed`` (which releases the GIL), and both give the same deltas."""
+    from sapcore import parallel
+    from sapgrid.tools.bench_frames import _moving_world
+
+    import numba
+
+    if not numba.config.DISABLE_JIT:        # (as plain Python, both are functions without options)
+        assert kframe.frame_listed.targetoptions["nogil"] is True
+        assert kframe.frame_listed_held.targetoptions.get("nogil", False) is False
+    calls = []
+    for name in ("frame_listed", "frame_listed_held"):
+        kernel = getattr(kframe, name)
+        monkeypatch.setattr(kframe, name, lambda *a, _k=kernel, _n=name: calls.append(_n) or _k(*a))
+    bar = parallel.HOLD_GIL_BELOW
+    for n, expected in ((bar - 1, "frame_listed_held"), (bar, "frame_listed")):
+        world, ids, boxes = _moving_world(n, 12, seed=n)
+        twin, _, _ = _moving_world(n, 12, seed=n)
+        for w in (world, twin):       # the first updates after the adds make the list the next frames repeat
+            w.step(update_ids=ids, update_boxes=boxes[0])
+        for b in boxes[1:]:
+            calls.clear()
+            monkeypatch.setattr(parallel, "HOLD_GIL_BELOW", bar)
+            got = world.step(update_ids=ids, update_boxes=b)
+            assert calls[:1] == [expected], (n, calls)      # (as Python, the held one calls the other)
+            # the twin world through the other kernel: the same delta, pairs and counts
+            monkeypatch.setattr(parallel, "HOLD_GIL_BELOW", 0 if expected == "frame_listed_held" else 1 << 30)
+            want = twin.step(update_ids=ids, update_boxes=b)
+            assert np.array_equal(got.created, want.created) and np.array_equal(got.deleted, want.deleted)
+            assert got.stats.pairs == want.stats.pairs
+        assert np.array_equal(world.pairs(), twin.pairs())

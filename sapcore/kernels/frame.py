@@ -23,7 +23,7 @@ import numpy as np
 from numba.core import types as nbtypes
 from numba.experimental import structref
 
-from .._numba import NJIT, NJIT_INLINE, njit
+from .._numba import NJIT, NJIT_HELD, NJIT_INLINE, njit
 from .arena import frame_room
 from .grid import _CLAMP, FLAG_MOVED, FLAG_MOVED_CELLS, grid_rasterize, grid_ranges_serial
 from .hashing import EVENT_REMOVED, KEY_MASK
@@ -434,3 +434,11 @@ def frame_listed(upd, upd_boxes, live, frame, st):
         return status, -1, 0, 0, events, sw, pairs, nt, max_cap, work, None, None, created, deleted
     ibuf, lbuf = _room_arrays(touched, ent_h, ent_off, need, ev_off, ev_cap, counts)
     return status, -1, 0, 0, events, sw, pairs, nt, max_cap, work, ibuf, lbuf, None, None
+
+
+@njit(**NJIT_HELD)
+def frame_listed_held(upd, upd_boxes, live, frame, st):
+    """``frame_listed`` that keeps the GIL (``_numba.NJIT_HELD``), for the frames of fewer than
+    ``parallel.HOLD_GIL_BELOW`` updates: a few microseconds of work, less than the GIL's hand-over to another
+    thread and back would cost. The same machine code (a native call of ``frame_listed``)."""
+    return frame_listed(upd, upd_boxes, live, frame, st)
