@@ -57,6 +57,8 @@ def _pairs(p) -> np.ndarray:
 
 def digest_step(digest: int, created, deleted) -> int:
     """``sapgrid.layout.digest_step(digest, created, deleted)``: the same value."""
+    if not len(created) and not len(deleted):        # most frames of a moving world: no pair starts or ends
+        return int(digest)
     created, deleted = _pairs(created), _pairs(deleted)
     step = _step_nogil if len(created) + len(deleted) >= NOGIL_PAIRS else _step
     return int(step(np.uint64(digest), created, deleted))

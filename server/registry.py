@@ -244,6 +244,7 @@ class WorldRunner:
         self._mutex = threading.Lock()           # guards the line, busy, subscribers, closed/deleted
         self._line: deque[Turn] = deque()        # waiting jobs, oldest first
         self._busy = False
+        self._depth_shown = -1                   # the queue depth last set on its gauge (-1: none yet)
         self._idle = threading.Condition(self._mutex)
         self._subscribers: set[Subscriber] = set()
         self._last_occupancy = -1e9
@@ -273,6 +274,16 @@ class WorldRunner:
     @contextlib.contextmanager
     def turn(self, caller: Caller):
         """Hold the world for one job (waiting in line if it is busy); yields the seconds waited."""
+        waited = self._take_turn(caller)
+        try:
+            yield waited
+        finally:
+            self._next()
+
+    def _take_turn(self, caller: Caller) -> float:
+        """The world for one job (waiting in line if it is busy): the seconds waited. The caller hands it on
+        with ``_next`` when the job is done (``turn``; a frame's ``apply`` calls both itself: a context
+        manager's generator costs a few microseconds of every frame)."""
         t0 = time.perf_counter()
         with self._mutex:
             if self.closed:
@@ -296,12 +307,10 @@ class WorldRunner:
                 raise turn.error
             if turn.state == CANCELLED:
                 raise Cancelled("the caller went away before the job started")
-        try:
-            if not caller.active():               # gone between the hand-over and now: never applied
-                raise Cancelled("the caller went away before the job started")
-            yield time.perf_counter() - t0
-        finally:
+        if not caller.active():               # gone between the hand-over and now: never applied
             self._next()
+            raise Cancelled("the caller went away before the job started")
+        return time.perf_counter() - t0
 
     def _next(self) -> None:
         """The running job is done: hand the world to the oldest waiting job, or go idle."""
@@ -325,9 +334,12 @@ class WorldRunner:
             self._queue_depth()
 
     def _queue_depth(self) -> None:
-        """Under the mutex. A deleted world's series are gone; never re-create them."""
-        if not self.deleted:
-            self.metrics.set_queue_depth(self.name, len(self._line))
+        """Under the mutex. A deleted world's series are gone; never re-create them. The gauge is set when
+        the depth changes (a world whose frames never wait: once, at 0), not at every frame's end."""
+        depth = len(self._line)
+        if not self.deleted and depth != self._depth_shown:
+            self._depth_shown = depth
+            self.metrics.set_queue_depth(self.name, depth)
 
     def run(self, fn: Callable[[], Any], caller: Caller) -> Any:
         """Run a query job in order with the world's frames and return its result."""
@@ -350,11 +362,14 @@ class WorldRunner:
         heavy = self.heavy
         adds = arrays.get("add_ids")
         try:
-            with self.turn(caller) as waited:
+            waited = self._take_turn(caller)
+            try:
                 if heavy is not None and heavy.takes(self.objects + (0 if adds is None else len(adds))):
                     applied = heavy.run(self._frame, arrays, seq, writer, raw, waited, received)
                 else:
                     applied = self._frame(arrays, seq, writer, raw, waited, received)
+            finally:
+                self._next()
             if applied.sync is not None:         # --fsync always: answered once its record is on disk
                 log, position = applied.sync
                 log.wait_synced(position)

@@ -431,6 +431,8 @@ def test_serial_frame_falls_back_to_the_general_phases_where_it_must(monkeypatch
 
     monkeypatch.setattr(world_mod.kframe, "frame_pairs", counted(kframe.frame_pairs, seen))
     monkeypatch.setattr(world_mod.kframe, "frame_listed", counted(kframe.frame_listed, listed))
+    # (these frames are small: their one call is the twin that keeps the GIL)
+    monkeypatch.setattr(world_mod.kframe, "frame_listed_held", counted(kframe.frame_listed_held, listed))
     rng = np.random.default_rng(5)
     cfg = WorldConfig(dims=2, bounds=(0.0, 0.0, 40.0, 40.0), cells=(2, 2), threads=1)
     t = Twin(cfg, queries_per_frame=1)
@@ -471,14 +473,16 @@ def test_a_one_call_frame_names_a_bad_box_as_the_general_check_does(dims, monkey
     from sapcore.kernels import frame as kframe
 
     statuses = []
-    real = kframe.frame_listed
 
-    def counted(*args):
-        out = real(*args)
-        statuses.append(out[0])
-        return out
+    def counted(real):
+        def call(*args):
+            out = real(*args)
+            statuses.append(out[0])
+            return out
+        return call
 
-    monkeypatch.setattr(world_mod.kframe, "frame_listed", counted)
+    # (300 objects: a small frame, whose one call is the twin that keeps the GIL)
+    monkeypatch.setattr(world_mod.kframe, "frame_listed_held", counted(kframe.frame_listed_held))
     rng = np.random.default_rng(11)
     bounds = (0.0,) * dims + (50.0,) * dims
     t = Twin(WorldConfig(dims=dims, bounds=bounds, cells=(4,) * dims, threads=1, coord_limit=1e6),

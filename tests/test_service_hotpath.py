@@ -30,5 +30,9 @@ def test_digest_step_takes_any_pair_array():
         for value in (0, 1, top, 2**63):
             assert digest.digest_step(value, created, deleted) == layout.digest_step(value, created, deleted)
     assert digest.digest_step(top, [], []) == top
+    none = np.empty((0, 2), np.uint64)
+    for value in (0, 1, top, 2**63, np.uint64(9)):          # a delta without pairs keeps the digest
+        got = digest.digest_step(value, none, none[:0])
+        assert got == layout.digest_step(int(value), none, none) == int(value) and isinstance(got, int)
     # adding a set then removing it gives the digest back
     assert digest.digest_step(digest.digest_step(5, pairs, []), [], pairs) == 5

@@ -209,3 +209,43 @@ def test_a_dropped_subscriber_is_counted():
     assert sub.dropped
     runner.unsubscribe(sub)
     assert metrics.registry.get_sample_value("sapgrid_subscribers_dropped_total", {"world": "drops"}) == 1
+
+
+def test_the_queue_depth_gauge_follows_the_line_and_is_set_only_when_it_changes():
+    import threading
+
+    from sapgrid.server.registry import Caller
+
+    metrics = Metrics(process=False)
+    shown = []
+    real = metrics.set_queue_depth
+    metrics.set_queue_depth = lambda world, depth: shown.append(depth) or real(world, depth)
+    registry = Registry(metrics)
+    runner = registry.create("q", WorldConfig(dims=2, bounds=(0, 0, 10, 10), cells=(2, 2)))
+    for _ in range(5):                          # jobs that never wait: the gauge is set once, at 0
+        assert runner.run(lambda: 7, Caller()) == 7
+    assert shown == [0]
+    started, release = threading.Event(), threading.Event()
+
+    def long_job():
+        started.set()
+        release.wait(10)
+
+    first = threading.Thread(target=runner.run, args=(long_job, Caller()))
+    first.start()
+    assert started.wait(10)
+    second = threading.Thread(target=runner.run, args=(lambda: None, Caller()))
+    second.start()
+    for _ in range(1000):                       # the second job waits in line behind the first
+        if runner.queue_depth == 1:
+            break
+        threading.Event().wait(0.01)
+    assert runner.queue_depth == 1 and shown == [0, 1]
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert shown == [0, 1, 0] and runner.queue_depth == 0
+    from prometheus_client import generate_latest
+
+    assert 'sapgrid_world_queue_depth{world="q"} 0.0' in generate_latest(metrics.registry).decode()
+    registry.close(5)
