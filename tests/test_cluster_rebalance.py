@@ -142,7 +142,9 @@ def test_a_failed_move_leaves_the_bucket_on_its_old_owner_unfrozen(cluster3):
     k = np.arange(len(big_ids))
     lo = np.stack([200 + 3.0 * (k % 200), 200 + 3.0 * (k // 200)], axis=1)
     big_boxes = np.hstack([lo, lo + 1]).astype(np.float32)
-    with Client(c.bind, timeout=30) as client:
+    # (120 s: from a fresh checkout, a replica may compile kernels for its first frames, e.g. the big add,
+    # while the others do the same on the 2 cores)
+    with Client(c.bind, timeout=120) as client:
         for m in movers:
             client.create_world(m.name, bounds=(0, 0, SIDE, SIDE), cells=(4, 4))
             with client.stream(m.name, writer="game") as s:
