@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 
 import pytest
 
@@ -68,14 +69,14 @@ def test_the_cpu_of_the_server_and_of_other_processes_is_told_apart():
     server, other = subprocess.Popen(spin), subprocess.Popen(spin)
     try:
         time.sleep(0.3)
-        _, server_cpu, gen_cpu, others = bench_worlds._measured(server.pid, lambda: time.sleep(1.5))
+        _, server_cpu, gen_cpu, others = bench_worlds._measured([server.pid], lambda: time.sleep(1.5))
     finally:
         for p in (server, other):
             p.kill()
             p.wait()
     assert server_cpu > 0.3 and gen_cpu < 0.2, (server_cpu, gen_cpu)
     assert others > 0.3, others
-    _, server_cpu, _, others = bench_worlds._measured(0, lambda: None)     # no PID: nothing to tell apart
+    _, server_cpu, _, others = bench_worlds._measured([], lambda: None)    # no PID: nothing to tell apart
     assert server_cpu != server_cpu and others != others                   # NaN
 
 
@@ -94,3 +95,57 @@ def test_a_server_without_the_echo_service_is_told_by_its_own_status(make_server
             asyncio.run(bench_worlds._echo(server.address, frames, 10.0, 1.0))
         assert err.value.code == grpc.StatusCode.UNIMPLEMENTED, err.value
         assert "sapgrid serve --echo" in str(err.value)
+
+
+HAPROXY = shutil.which("haproxy") or (os.path.exists("/usr/sbin/haproxy") and "/usr/sbin/haproxy")
+needs_haproxy = pytest.mark.skipif(not HAPROXY and os.environ.get("CI") != "true",
+                                   reason="haproxy not installed (scripts/setup.d/70-haproxy.sh)")
+
+
+@needs_haproxy
+def test_a_spawned_cluster_routes_each_world_to_its_owner_and_stops_every_process():
+    from sapgrid.tools.spawn import SpawnedCluster
+
+    with SpawnedCluster(2, "--default-world", "") as cluster:
+        assert len(cluster.members) == 2 and len(cluster.pids) == 3
+        names = [f"route-{i}" for i in range(12)]
+        with Client(cluster.address, timeout=120) as c:
+            for name in names:
+                c.create_world(name, dims=2, bounds=(0, 0, 100, 100))
+        for i, member in enumerate(cluster.members):
+            with Client(member, timeout=60) as c:
+                held = sorted(w.name for w in c.list_worlds())
+            assert held == sorted(n for n in names if cluster.owner(n) == i), (member, held)
+        pids = cluster.pids
+    for pid in pids:                         # the proxy and both replicas are gone (and reaped)
+        assert not os.path.exists(f"/proc/{pid}"), pid
+
+
+@needs_haproxy
+def test_replicas_spread_the_worlds_and_keep_the_neighbours_on_one_replica(capsys):
+    argv = ["bench", "--server", "spawn", "--replicas", "2", "--worlds", "16", "--objects", "50", "--hz", "10",
+            "--seconds", "1", "--heavy-objects", "2000", "--json"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["replicas"] == 2 and r["frames_asked"] == 160, r
+    # each replica holds exactly the worlds the ring gives it: the proxy routed every create by its header
+    assert r["worlds_per_replica"] == r["ring_worlds_per_replica"] and sum(r["worlds_per_replica"]) == 16, r
+    assert min(r["worlds_per_replica"]) > 0, r
+    assert 0 < r["frames_delivered"] <= 160 and 0 < r["echo_delivered"] <= 160, r
+    assert r["server_cpu_ms_per_frame"] > 0 and r["echo_cpu_ms_per_frame"] > 0, r
+    assert len(r["neighbour_replica"]) == 1, r          # the small and the heavy world share one replica
+    assert r["small_p99_alone_ms"] > 0 and r["small_p99_with_heavy_ms"] > 0 and r["heavy_frames_per_s"] > 0, r
+    assert "| replicas behind HAProxy: worlds each | 2: " in out and "replicas' and proxy's CPU per frame" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--server", "127.0.0.1:1", "--worlds", "4", "--replicas", "2"], "--replicas needs --server spawn"),
+    (["--server", "spawn", "--worlds", "4", "--replicas", "0"], "--replicas must be >= 1"),
+    (["--server", "spawn", "--replicas", "2"], "--replicas is for the many-worlds mode"),
+    (["--replicas", "2"], "--replicas is for the many-worlds mode"),
+])
+def test_replicas_outside_a_spawned_many_worlds_bench_are_refused(argv, message):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["bench", *argv])
+    assert message in str(e.value)

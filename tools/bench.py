@@ -291,6 +291,8 @@ def environment() -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``sapgrid bench``; return the exit status (1 if any check failed)."""
+    if getattr(args, "replicas", 1) != 1 and not (getattr(args, "server", None) and getattr(args, "worlds", 0)):
+        raise SystemExit("sapgrid bench: --replicas is for the many-worlds mode (--server spawn --worlds W)")
     if getattr(args, "server", None):
         from sapgrid.tools import bench_server, bench_worlds
         return (bench_worlds if getattr(args, "worlds", 0) else bench_server).run(args)

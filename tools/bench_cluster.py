@@ -19,31 +19,13 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 
 import numpy as np
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(address: str, proc: subprocess.Popen, timeout: float = 10.0) -> None:
-    host, port = address.rsplit(":", 1)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection((host, int(port)), timeout=0.5).close()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"haproxy did not start on {address}") from None
-            time.sleep(0.05)
+from sapgrid.tools.spawn import free_port, wait_port
 
 
 def crowd_frames(world: str, objects: int, frames: int, seed: int = 1) -> tuple:
@@ -103,15 +85,15 @@ def run(objects: int, frames: int) -> dict:
     from sapgrid.tools.spawn import SpawnedServer
 
     haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
-    member = f"127.0.0.1:{_free_port()}"
+    member = f"127.0.0.1:{free_port()}"
     with tempfile.TemporaryDirectory() as tmp, SpawnedServer("--default-world", "", "--cluster-members", member,
                                                              "--cluster-self", member, listen=member,
                                                              metrics_port=-1):
-        bind = f"127.0.0.1:{_free_port()}"
+        bind = f"127.0.0.1:{free_port()}"
         proxy = subprocess.Popen([haproxy, "-db", "-f", str(write_proxy_config([member], bind, tmp))],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            _wait_port(bind, proxy)
+            wait_port(bind, proxy)
             _paired_round_trips(member, bind, objects, 20)          # warm-up: kernels, connections, windows
             d, p = _paired_round_trips(member, bind, objects, frames)
         finally:
@@ -198,49 +180,31 @@ def scale_run(replicas: int, worlds: int, objects: int, seconds: float, seed: in
     import asyncio
 
     from sapgrid.client import Client
-    from sapgrid.tools.cluster import write_proxy_config
-    from sapgrid.tools.spawn import SpawnedServer
+    from sapgrid.tools.spawn import SpawnedCluster
 
-    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
-    members = [f"127.0.0.1:{_free_port()}" for _ in range(replicas)]
-    servers, proxy = [], None
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            for m in members:
-                servers.append(SpawnedServer("--default-world", "", "--max-worlds", str(worlds + 8),
-                                             "--cluster-members", ",".join(members), "--cluster-self", m,
-                                             listen=m, metrics_port=-1))
-            bind = f"127.0.0.1:{_free_port()}"
-            proxy = subprocess.Popen([haproxy, "-db", "-f", str(write_proxy_config(members, bind, tmp))],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            _wait_port(bind, proxy)
-            rng = np.random.default_rng(seed)
-            names = [f"scale-{i:03d}" for i in range(worlds)]
-            frames = {}
-            with Client(bind, timeout=600) as c:
-                for name in names:
-                    c.create_world(name, bounds=(0, 0, 1000, 1000), expected_objects=objects)
-                    add, frames[name] = _world_frames(name, objects, rng)
-                    with c.stream(name) as s:
-                        s.send_request(add)
-                        s.recv()
-            asyncio.run(_all_streams(bind, {n: frames[n] for n in names[:4]}, 0.5))     # warm the connections
-            pids = [s.proc.pid for s in servers]
-            cpu0 = [_proc_cpu(p) for p in pids], _proc_cpu(proxy.pid), time.process_time()
-            t0 = time.perf_counter()
-            done, rtts = asyncio.run(_all_streams(bind, frames, seconds))
-            wall = time.perf_counter() - t0
-            cpu1 = [_proc_cpu(p) for p in pids], _proc_cpu(proxy.pid), time.process_time()
-            held = []
-            for m in members:
-                with Client(m, timeout=30) as c:
-                    held.append(len(c.list_worlds()))
-        finally:
-            if proxy is not None:
-                proxy.terminate()
-                proxy.wait(10)
-            for s in servers:
-                s.stop()
+    with SpawnedCluster(replicas, "--default-world", "", "--max-worlds", str(worlds + 8)) as cluster:
+        bind = cluster.address
+        rng = np.random.default_rng(seed)
+        names = [f"scale-{i:03d}" for i in range(worlds)]
+        frames = {}
+        with Client(bind, timeout=600) as c:
+            for name in names:
+                c.create_world(name, bounds=(0, 0, 1000, 1000), expected_objects=objects)
+                add, frames[name] = _world_frames(name, objects, rng)
+                with c.stream(name) as s:
+                    s.send_request(add)
+                    s.recv()
+        asyncio.run(_all_streams(bind, {n: frames[n] for n in names[:4]}, 0.5))     # warm the connections
+        pids = [s.proc.pid for s in cluster.servers]
+        cpu0 = [_proc_cpu(p) for p in pids], _proc_cpu(cluster.proxy.pid), time.process_time()
+        t0 = time.perf_counter()
+        done, rtts = asyncio.run(_all_streams(bind, frames, seconds))
+        wall = time.perf_counter() - t0
+        cpu1 = [_proc_cpu(p) for p in pids], _proc_cpu(cluster.proxy.pid), time.process_time()
+        held = []
+        for m in cluster.members:
+            with Client(m, timeout=30) as c:
+                held.append(len(c.list_worlds()))
     per = 1e3 / max(done, 1)
     return dict(replicas=replicas, worlds=worlds, objects=objects, seconds=wall, frames=done,
                 frames_per_s=done / wall, p50_ms=float(np.percentile(rtts, 50) * 1e3),

@@ -18,7 +18,15 @@
    otherwise hold up the timed stream's event loop); reports the small world's p99 with the neighbour /
    alone and the heavy world's own frames/s.
 
-The load generator is one asyncio loop with raw stubs and frames encoded before the timed part.
+With ``--server spawn --replicas R`` (R > 1) the server is what one host runs to use more than one core:
+R replica processes sharding the worlds by the cluster's ring behind Debian's HAProxy (``SpawnedCluster``,
+the configuration of ``deploy/proxy/``); every stream goes through the proxy, which routes it by the world
+named in its ``x-sapgrid-world`` header, so the worlds spread over the replicas as a cluster's do. The server's
+CPU is then the replicas' and the proxy's together, the echo streams take the same routes, and the heavy
+neighbour's two worlds are named so that one replica owns both (a neighbour in the same server).
+
+The load generator is one asyncio loop with raw stubs and frames encoded before the timed part; every
+stream names its world in the ``x-sapgrid-world`` header, as the Python client does.
 Server CPU is read from /proc/PID/stat, so it needs the server's PID: ``spawn``, or ``--server-pid``.
 With ``--json`` the last line is one JSON object of every figure.
 """
@@ -35,6 +43,7 @@ import numpy as np
 
 from sapgrid.client import Client, channel_options
 from sapgrid.client.codec import encode_frame
+from sapgrid.server.cluster import HEADER
 from sapgrid.v1 import echo_service_pb2 as echo_pb
 from sapgrid.v1 import echo_service_pb2_grpc as echo_grpc
 from sapgrid.v1 import sapgrid_service_pb2 as pb
@@ -53,6 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heavy-objects", type=int, default=100_000,
                         help="many-worlds mode: the heavy neighbour's objects (0: skip that measure)")
     parser.add_argument("--server-pid", type=int, default=0, help="PID of a server given by address (its CPU)")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="many-worlds mode with --server spawn: R replica processes behind HAProxy (the cluster's "
+                             "sharding on one host, to use more than one core); 1: one server process")
     parser.add_argument("--aligned", action="store_true",
                         help="many-worlds mode: every stream sends at the same instants (a burst of W frames each "
                              "tick) instead of at phases spread evenly over the tick")
@@ -122,11 +134,13 @@ class _Start:
         return self._starts[k]
 
 
-async def _paced_stream(stub, requests: list, hz: float, seconds: float, start: _Start, k: int, rtts: list) -> int:
+async def _paced_stream(stub, world: str, requests: list, hz: float, seconds: float, start: _Start, k: int,
+                        rtts: list) -> int:
     """After ``WARMUP`` frames, send requests[(WARMUP + i) % len] at start + i/hz until start + seconds,
     each answered before the next; return the frames answered in the schedule. A stream that falls
-    behind its schedule sends at once (no catch-up burst)."""
-    call = stub.StreamFrames()
+    behind its schedule sends at once (no catch-up burst). The call names ``world`` in its header (a
+    cluster's proxy routes it by that)."""
+    call = stub.StreamFrames(metadata=((HEADER, world),))
 
     async def one(request):
         await call.write(request)
@@ -175,12 +189,13 @@ async def _echo_served(stub) -> None:
         raise make_error(e.code(), f"Echo: {e.details()}{hint}") from None
 
 
-async def _echo_stream(stub, payload: bytes, reply: int, hz: float, seconds: float, start: _Start, k: int,
-                       rtts: list) -> int:
-    """The frames' schedule (``_paced_stream``) over the bare EchoService: the transport alone."""
+async def _echo_stream(stub, world: str, payload: bytes, reply: int, hz: float, seconds: float, start: _Start,
+                       k: int, rtts: list) -> int:
+    """The frames' schedule (``_paced_stream``) over the bare EchoService: the transport alone (named by
+    ``world``'s header, so a cluster's proxy sends it to the replica of that world's frames)."""
     from sapgrid.client.errors import make_error
 
-    call = stub.EchoStream()
+    call = stub.EchoStream(metadata=((HEADER, world),))
     request = echo_pb.EchoStreamRequest(payload=payload, reply_bytes=reply)
     i = 0
     try:
@@ -238,8 +253,8 @@ async def _many(address: str, frames: dict, hz: float, seconds: float, aligned: 
         stub = pb_grpc.SapgridServiceStub(channel)
         rtts: list[float] = []
         start = _Start(len(frames), hz, aligned)
-        done = await asyncio.gather(*(_paced_stream(stub, reqs, hz, seconds, start, k, rtts)
-                                      for k, reqs in enumerate(frames.values())))
+        done = await asyncio.gather(*(_paced_stream(stub, world, reqs, hz, seconds, start, k, rtts)
+                                      for k, (world, reqs) in enumerate(frames.items())))
     return sum(done), rtts
 
 
@@ -251,8 +266,8 @@ async def _echo(address: str, frames: dict, hz: float, seconds: float, aligned: 
         await _echo_served(stub)
         start = _Start(len(frames), hz, aligned)
         rtts: list[float] = []
-        done = await asyncio.gather(*(_echo_stream(stub, payload, reply, hz, seconds, start, k, rtts)
-                                      for k in range(len(frames))))
+        done = await asyncio.gather(*(_echo_stream(stub, world, payload, reply, hz, seconds, start, k, rtts)
+                                      for k, world in enumerate(frames)))
     return sum(done), rtts
 
 
@@ -279,18 +294,20 @@ def _heavy_client(address: str, world: str, n: int, seed: int, seconds: float, r
 
     async def run() -> int:
         async with _aio_channel(address) as channel:
-            return await _paced_stream(pb_grpc.SapgridServiceStub(channel), updates, 1e6, seconds,
+            return await _paced_stream(pb_grpc.SapgridServiceStub(channel), world, updates, 1e6, seconds,
                                        _Signalled(ready, go), 0, [])
     answered.value = asyncio.run(run())
 
 
-def _neighbour(address: str, small: list, heavy: tuple | None, hz: float, seconds: float) -> tuple[list, int]:
-    """The small world's round trips at hz, while the heavy world (if any: (name, objects, seed)) streams
-    frames back to back from a process of its own; and the heavy world's frames answered meanwhile."""
+def _neighbour(address: str, small: tuple, heavy: tuple | None, hz: float, seconds: float) -> tuple[list, int]:
+    """The small world's (``(name, requests)``) round trips at hz, while the heavy world (if any: (name,
+    objects, seed)) streams frames back to back from a process of its own; and the heavy world's frames
+    answered meanwhile."""
     async def timed() -> list:
         async with _aio_channel(address) as channel:
             rtts: list[float] = []
-            await _paced_stream(pb_grpc.SapgridServiceStub(channel), small, hz, seconds, _Start(1, hz, True), 0, rtts)
+            await _paced_stream(pb_grpc.SapgridServiceStub(channel), *small, hz, seconds, _Start(1, hz, True), 0,
+                                rtts)
         return rtts
 
     if heavy is None:
@@ -330,28 +347,59 @@ def _busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def _measured(pid: int, work):
-    """(result of work(), server CPU seconds, this process's CPU seconds, the cores every other process of
-    the machine used meanwhile on average: the load the measure shared the machine with). Without the
-    server's PID, the server's CPU and the others' cores are NaN."""
-    s0 = _cpu_seconds(pid) if pid else float("nan")
+def _measured(pids, work):
+    """(result of work(), the server's CPU seconds (its processes ``pids`` together), this process's CPU
+    seconds, the cores every other process of the machine used meanwhile on average: the load the measure
+    shared the machine with). Without the server's PIDs, the server's CPU and the others' cores are NaN."""
+    pids = list(pids)
+
+    def server_cpu() -> float:
+        return sum(_cpu_seconds(p) for p in pids) if pids else float("nan")
+
+    s0 = server_cpu()
     g0, b0, w0 = time.process_time(), _busy_seconds(), time.perf_counter()
     out = work()
-    server = (_cpu_seconds(pid) if pid else float("nan")) - s0
+    server = server_cpu() - s0
     gen = time.process_time() - g0
     others = (_busy_seconds() - b0 - server - gen) / (time.perf_counter() - w0)
-    return out, server, gen, max(others, 0.0) if pid else float("nan")
+    return out, server, gen, max(others, 0.0) if pids else float("nan")
 
 
-def measure(address: str, pid: int, worlds: int, objects: int, hz: float, seconds: float, heavy_objects: int,
-            seed: int = 1, aligned: bool = False) -> dict:
-    names = [f"bench-w{i:03d}-{os.getpid()}" for i in range(worlds)]
+def _neighbour_names(owner=None) -> tuple[str, str]:
+    """The heavy-neighbour measure's two worlds; with ``owner`` (world -> replica), named so that one
+    replica owns both: the neighbour is in the same server."""
+    small = heavy = f"bench-small-{os.getpid()}"
+    i = 0
+    while heavy == small or (owner is not None and owner(heavy) != owner(small)):
+        heavy = f"bench-heavy-{os.getpid()}" + (f"-{i}" if i else "")
+        i += 1
+    return small, heavy
+
+
+def _held(members, prefix: str) -> list[int]:
+    """How many worlds named ``prefix``... each replica holds (asked of each replica itself)."""
+    held = []
+    for m in members:
+        with Client(m, timeout=60) as c:
+            held.append(sum(1 for w in c.list_worlds() if w.name.startswith(prefix)))
+    return held
+
+
+def measure(address: str, pids, worlds: int, objects: int, hz: float, seconds: float, heavy_objects: int,
+            seed: int = 1, aligned: bool = False, cluster=None) -> dict:
+    """The three measures against the server at ``address`` whose processes are ``pids`` (a PID, a list of
+    them, or 0: unknown); ``cluster``: a ``SpawnedCluster`` behind that address (the worlds' spread over
+    its replicas is reported, the neighbour's worlds share a replica)."""
+    pids = [pids] if isinstance(pids, int) and pids else list(pids or [])
+    prefix = f"bench-w-{os.getpid()}-"
+    names = [f"{prefix}{i:03d}" for i in range(worlds)]
     frames = _setup_worlds(address, names, objects, seed)
     try:
+        held = _held(cluster.members, prefix) if cluster is not None else [worlds]
         (delivered, rtts), server_cpu, gen_cpu, others = _measured(
-            pid, lambda: asyncio.run(_many(address, frames, hz, seconds, aligned)))
+            pids, lambda: asyncio.run(_many(address, frames, hz, seconds, aligned)))
         (echoed, echo_rtts), echo_cpu, _, echo_others = _measured(
-            pid, lambda: asyncio.run(_echo(address, frames, hz, seconds, aligned)))
+            pids, lambda: asyncio.run(_echo(address, frames, hz, seconds, aligned)))
     finally:
         _drop_worlds(address, names)
     asked = int(sum(np.ceil(seconds * hz) for _ in names))
@@ -361,16 +409,22 @@ def measure(address: str, pid: int, worlds: int, objects: int, hz: float, second
                echo_delivered=echoed, echo_p50_ms=_ms(echo_rtts, 50), echo_p99_ms=_ms(echo_rtts, 99),
                echo_cpu_ms_per_frame=echo_cpu * 1e3 / max(echoed, 1),
                generator_cpu_ms_per_frame=gen_cpu * 1e3 / max(delivered, 1), others_cores=others,
-               echo_others_cores=echo_others, cores=os.cpu_count())
+               echo_others_cores=echo_others, cores=os.cpu_count(),
+               replicas=len(cluster.members) if cluster is not None else 1, worlds_per_replica=held)
+    if cluster is not None:          # what the ring gives each replica: what the proxy must have routed there
+        out["ring_worlds_per_replica"] = [sum(1 for n in names if cluster.owner(n) == i)
+                                          for i in range(len(cluster.members))]
     if heavy_objects:
-        small, heavy = f"bench-small-{os.getpid()}", f"bench-heavy-{os.getpid()}"
+        small, heavy = _neighbour_names(cluster.owner if cluster is not None else None)
         frames = _setup_worlds(address, [small], 100, seed + 1)
         frames.update(_setup_worlds(address, [heavy], heavy_objects, seed + 2))
         try:
-            (alone, _), _, _, alone_others = _measured(pid, lambda: _neighbour(
-                address, frames[small], None, hz, seconds))
-            (beside, heavy_done), _, _, beside_others = _measured(pid, lambda: _neighbour(
-                address, frames[small], (heavy, heavy_objects, seed + 3), hz, seconds))
+            if cluster is not None:
+                out.update(neighbour_replica=[i for i, n in enumerate(_held(cluster.members, "bench-")) if n])
+            (alone, _), _, _, alone_others = _measured(pids, lambda: _neighbour(
+                address, (small, frames[small]), None, hz, seconds))
+            (beside, heavy_done), _, _, beside_others = _measured(pids, lambda: _neighbour(
+                address, (small, frames[small]), (heavy, heavy_objects, seed + 3), hz, seconds))
         finally:
             _drop_worlds(address, [small, heavy])
         out.update(small_p99_alone_ms=_ms(alone, 99), small_p99_with_heavy_ms=_ms(beside, 99),
@@ -380,24 +434,38 @@ def measure(address: str, pid: int, worlds: int, objects: int, hz: float, second
 
 
 def run(args: argparse.Namespace) -> int:
-    spawned = None
+    spawned = cluster = None
     address, pid = args.server, int(getattr(args, "server_pid", 0) or 0)
+    pids = [pid] if pid else []
+    replicas = int(getattr(args, "replicas", 1))
+    if replicas < 1:
+        raise SystemExit(f"sapgrid bench: --replicas must be >= 1, not {replicas}")
+    if replicas > 1 and address != "spawn":
+        raise SystemExit("sapgrid bench: --replicas needs --server spawn (the bench starts the replicas and the "
+                         "proxy itself)")
+    flags = ("--default-world", "", "--echo", "--max-worlds", str(max(256, args.worlds + 8)))
     if address == "spawn":
-        from sapgrid.tools.spawn import SpawnedServer
+        from sapgrid.tools.spawn import SpawnedCluster, SpawnedServer
 
-        spawned = SpawnedServer("--default-world", "", "--echo", "--max-worlds", str(max(256, args.worlds + 8)),
-                                "--metrics-port", "-1")
-        address, pid = spawned.address, spawned.proc.pid
+        if replicas > 1:
+            cluster = SpawnedCluster(replicas, *flags)
+            address, pids = cluster.address, cluster.pids
+        else:
+            spawned = SpawnedServer(*flags, "--metrics-port", "-1")
+            address, pids = spawned.address, [spawned.proc.pid]
     try:
-        print(f"sapgrid bench --server {address}: {args.worlds} worlds x {args.objects} objects x {args.hz:g} Hz "
+        where = f"{replicas} replicas behind HAProxy at {address}" if cluster is not None else address
+        print(f"sapgrid bench --server {where}: {args.worlds} worlds x {args.objects} objects x {args.hz:g} Hz "
               f"for {args.seconds:g} s, {'aligned' if getattr(args, 'aligned', False) else 'spread'} phases...",
               flush=True)
-        r = measure(address, pid, args.worlds, args.objects, args.hz, args.seconds, args.heavy_objects,
-                    int(getattr(args, "seed", 1) or 1), bool(getattr(args, "aligned", False)))
+        r = measure(address, pids, args.worlds, args.objects, args.hz, args.seconds, args.heavy_objects,
+                    int(getattr(args, "seed", 1) or 1), bool(getattr(args, "aligned", False)), cluster)
     finally:
         if spawned is not None:
             spawned.stop()
-    cpu_ratio = (r["server_cpu_ms_per_frame"] / r["echo_cpu_ms_per_frame"] if pid and r["echo_cpu_ms_per_frame"]
+        if cluster is not None:
+            cluster.stop()
+    cpu_ratio = (r["server_cpu_ms_per_frame"] / r["echo_cpu_ms_per_frame"] if pids and r["echo_cpu_ms_per_frame"]
                  else float("nan"))
     r["cpu_ratio"] = cpu_ratio
     fraction = r["frames_delivered"] / r["frames_asked"]
@@ -411,11 +479,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"| frames delivered / asked | {r['frames_delivered']} / {r['frames_asked']} ({fraction:.1%}) | >= 99% "
           f"| {ok(fraction >= TARGETS['delivered_fraction'])} |")
     print(f"| frames/s | {r['frames_per_s']:.0f} | | |")
+    if r["replicas"] > 1:
+        spread = " / ".join(map(str, r["worlds_per_replica"]))
+        print(f"| replicas behind HAProxy: worlds each | {r['replicas']}: {spread} | | |")
     print(f"| the transport alone (EchoService, same schedule and bytes): delivered, p50 / p99 | "
           f"{r['echo_delivered'] / r['frames_asked']:.1%}, {r['echo_p50_ms']:.2f} / {r['echo_p99_ms']:.2f} ms | | |")
     print(f"| round trip p50 / p99 | {r['p50_ms']:.2f} / {r['p99_ms']:.2f} ms | p99 < 10 ms "
           f"| {ok(r['p99_ms'] < TARGETS['p99_ms'])} |")
-    print(f"| server CPU per frame / per echo message | {r['server_cpu_ms_per_frame']:.3f} / "
+    served = "replicas' and proxy's CPU" if r["replicas"] > 1 else "server CPU"
+    print(f"| {served} per frame / per echo message | {r['server_cpu_ms_per_frame']:.3f} / "
           f"{r['echo_cpu_ms_per_frame']:.3f} ms ({cpu_ratio:.2f}x) | <= 1.5x | {ok(cpu_ratio <= TARGETS['cpu_ratio'])} |")
     print(f"| load generator CPU per frame | {r['generator_cpu_ms_per_frame']:.3f} ms | | |")
     if "small_p99_alone_ms" in r:
@@ -425,7 +497,7 @@ def run(args: argparse.Namespace) -> int:
               f"{r['small_p99_alone_ms']:.2f} / {r['small_p99_with_heavy_ms']:.2f} ms ({ratio:.2f}x) | <= 3x "
               f"| {ok(ratio <= TARGETS['neighbour_ratio'])} |")
         print(f"| the heavy world's own frames/s meanwhile | {r['heavy_frames_per_s']:.1f} | | |")
-    if pid:
+    if pids:
         during = f"frames {r['others_cores']:.2f}, echo {r['echo_others_cores']:.2f}"
         if "small_p99_alone_ms" in r:
             during += f", alone {r['alone_others_cores']:.2f}, beside {r['beside_others_cores']:.2f}"

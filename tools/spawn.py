@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 
 
 class SpawnedServer:
@@ -50,6 +54,89 @@ class SpawnedServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         return self.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(address: str, proc: subprocess.Popen, timeout: float = 10.0, what: str = "haproxy") -> None:
+    """Wait until ``address`` accepts connections; RuntimeError if ``proc`` exits first or time runs out."""
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=0.5).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start on {address}") from None
+            time.sleep(0.05)
+
+
+class SpawnedCluster:
+    """``replicas`` sapgrid server processes on loopback, sharding worlds by the cluster's ring
+    (``--cluster-members`` / ``--cluster-self``), behind Debian's HAProxy with the configuration of
+    ``deploy/proxy/`` (``sapgrid cluster proxy-config``): what one host runs to use more than one core.
+    ``address``: the proxy's; ``members``: the replicas'; ``pids``: the replicas' and the proxy's;
+    ``extra``: more ``sapgrid serve`` flags for every replica. ``stop()`` stops the proxy, then the replicas."""
+
+    def __init__(self, replicas: int, *extra: str, timeout: float = 120.0):
+        from sapgrid.server.cluster import Ring
+        from sapgrid.tools.cluster import write_proxy_config
+
+        if replicas < 1:
+            raise ValueError(f"a cluster needs at least one replica, not {replicas}")
+        haproxy = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
+        if haproxy is None:
+            raise RuntimeError("a spawned cluster needs HAProxy (Debian: apt install haproxy; "
+                               "scripts/setup.sh installs it)")
+        self.ring = Ring([f"127.0.0.1:{free_port()}" for _ in range(replicas)])
+        self.members = list(self.ring.members)
+        self.servers: list[SpawnedServer] = []
+        self.proxy: subprocess.Popen | None = None
+        self._tmp = tempfile.TemporaryDirectory(prefix="sapgrid-cluster-")
+        try:
+            for m in self.members:
+                self.servers.append(SpawnedServer(*extra, "--cluster-members", ",".join(self.members),
+                                                  "--cluster-self", m, listen=m, metrics_port=-1, timeout=timeout))
+            self.address = f"127.0.0.1:{free_port()}"
+            config = write_proxy_config(self.members, self.address, self._tmp.name)
+            self.proxy = subprocess.Popen([haproxy, "-db", "-f", str(config)], stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL)
+            wait_port(self.address, self.proxy)
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        return [s.proc.pid for s in self.servers] + ([self.proxy.pid] if self.proxy is not None else [])
+
+    def owner(self, world: str) -> int:
+        """Index in ``members`` of the replica that owns ``world``."""
+        return self.ring.members.index(self.ring.owner(world))
+
+    def stop(self) -> None:
+        if self.proxy is not None and self.proxy.poll() is None:
+            self.proxy.terminate()
+            try:
+                self.proxy.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proxy.kill()
+                self.proxy.wait()
+        for s in self.servers:
+            s.stop()
+        self._tmp.cleanup()
 
     def __enter__(self):
         return self
