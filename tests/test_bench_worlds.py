@@ -136,6 +136,8 @@ def test_replicas_spread_the_worlds_and_keep_the_neighbours_on_one_replica(capsy
     assert r["server_cpu_ms_per_frame"] > 0 and r["echo_cpu_ms_per_frame"] > 0, r
     assert len(r["neighbour_replica"]) == 1, r          # the small and the heavy world share one replica
     assert r["small_p99_alone_ms"] > 0 and r["small_p99_with_heavy_ms"] > 0 and r["heavy_frames_per_s"] > 0, r
+    assert r["small_p99_heavy_elsewhere_ms"] > 0, r       # the heavy world once more, on the other replica
+    assert "| the same, the heavy world on another replica (no server in common) |" in out
     assert "| replicas behind HAProxy: worlds each | 2: " in out and "replicas' and proxy's CPU per frame" in out
 
 

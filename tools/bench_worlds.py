@@ -16,7 +16,8 @@
    while a heavy world (``--heavy-objects``, frames sent back to back, every object moving) streams in
    the same server from a load generator process of its own (its multi-megabyte messages would
    otherwise hold up the timed stream's event loop); reports the small world's p99 with the neighbour /
-   alone and the heavy world's own frames/s.
+   alone and the heavy world's own frames/s. With replicas, once more with the heavy world on another
+   replica than the small one: the machine's shared cores without a server in common.
 
 With ``--server spawn --replicas R`` (R > 1) the server is what one host runs to use more than one core:
 R replica processes sharding the worlds by the cluster's ring behind Debian's HAProxy (``SpawnedCluster``,
@@ -365,12 +366,12 @@ def _measured(pids, work):
     return out, server, gen, max(others, 0.0) if pids else float("nan")
 
 
-def _neighbour_names(owner=None) -> tuple[str, str]:
+def _neighbour_names(owner=None, same: bool = True) -> tuple[str, str]:
     """The heavy-neighbour measure's two worlds; with ``owner`` (world -> replica), named so that one
-    replica owns both: the neighbour is in the same server."""
+    replica owns both (``same``: the neighbour is in the same server) or two different ones do."""
     small = heavy = f"bench-small-{os.getpid()}"
     i = 0
-    while heavy == small or (owner is not None and owner(heavy) != owner(small)):
+    while heavy == small or (owner is not None and (owner(heavy) == owner(small)) != same):
         heavy = f"bench-heavy-{os.getpid()}" + (f"-{i}" if i else "")
         i += 1
     return small, heavy
@@ -426,7 +427,21 @@ def measure(address: str, pids, worlds: int, objects: int, hz: float, seconds: f
             (beside, heavy_done), _, _, beside_others = _measured(pids, lambda: _neighbour(
                 address, (small, frames[small]), (heavy, heavy_objects, seed + 3), hz, seconds))
         finally:
-            _drop_worlds(address, [small, heavy])
+            _drop_worlds(address, [heavy])
+        try:
+            if cluster is not None:
+                # the same heavy stream from a world another replica owns: what the machine's cores shared with
+                # the heavy stream do to the small world, with no server in common
+                _, elsewhere = _neighbour_names(cluster.owner, same=False)
+                _setup_worlds(address, [elsewhere], heavy_objects, seed + 2)
+                try:
+                    (apart, _), _, _, _ = _measured(pids, lambda: _neighbour(
+                        address, (small, frames[small]), (elsewhere, heavy_objects, seed + 3), hz, seconds))
+                finally:
+                    _drop_worlds(address, [elsewhere])
+                out.update(small_p99_heavy_elsewhere_ms=_ms(apart, 99))
+        finally:
+            _drop_worlds(address, [small])
         out.update(small_p99_alone_ms=_ms(alone, 99), small_p99_with_heavy_ms=_ms(beside, 99),
                    heavy_objects=heavy_objects, heavy_frames_per_s=heavy_done / seconds,
                    alone_others_cores=alone_others, beside_others_cores=beside_others)
@@ -497,6 +512,10 @@ def run(args: argparse.Namespace) -> int:
               f"{r['small_p99_alone_ms']:.2f} / {r['small_p99_with_heavy_ms']:.2f} ms ({ratio:.2f}x) | <= 3x "
               f"| {ok(ratio <= TARGETS['neighbour_ratio'])} |")
         print(f"| the heavy world's own frames/s meanwhile | {r['heavy_frames_per_s']:.1f} | | |")
+        if "small_p99_heavy_elsewhere_ms" in r:
+            print(f"| the same, the heavy world on another replica (no server in common) | "
+                  f"{r['small_p99_heavy_elsewhere_ms']:.2f} ms "
+                  f"({r['small_p99_heavy_elsewhere_ms'] / r['small_p99_alone_ms']:.2f}x) | | |")
     if pids:
         during = f"frames {r['others_cores']:.2f}, echo {r['echo_others_cores']:.2f}"
         if "small_p99_alone_ms" in r:
