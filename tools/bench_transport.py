@@ -104,15 +104,15 @@ async def _streams(address: str, streams: int, size: int, hz: float, seconds: fl
         stub = echo_grpc.EchoServiceStub(channel)
         rtts: list[float] = []
         start = _Start(streams, hz, aligned)
-        done = await asyncio.gather(*(_echo_stream(stub, payload, REPLY_BYTES, hz, seconds, start, k, rtts)
-                                      for k in range(streams)))
+        done = await asyncio.gather(*(_echo_stream(stub, f"echo-{k}", payload, REPLY_BYTES, hz, seconds, start, k,
+                                                   rtts) for k in range(streams)))
     return sum(done), rtts
 
 
 def measure_one(address: str, pid: int, streams: int, size: int, hz: float, seconds: float, aligned: bool) -> dict:
     """One run of the paced echo streams against one server: delivered, p50 / p99, CPU per message."""
     (delivered, rtts), server_cpu, gen_cpu, others = _measured(
-        pid, lambda: asyncio.run(_streams(address, streams, size, hz, seconds, aligned)))
+        [pid] if pid else [], lambda: asyncio.run(_streams(address, streams, size, hz, seconds, aligned)))
     asked = int(streams * np.ceil(seconds * hz))
     return dict(asked=asked, delivered=delivered, p50_ms=_ms(rtts, 50), p99_ms=_ms(rtts, 99),
                 server_cpu_ms=server_cpu * 1e3 / max(delivered, 1), generator_cpu_ms=gen_cpu * 1e3 / max(delivered, 1),
