@@ -410,3 +410,64 @@ def test_large_deltas_are_sorted_and_exact(id_base):
     tw.step(update_ids=ids, update_boxes=boxes)
     d = tw.step(remove_ids=ids[::2])
     assert NO_JIT or len(d.deleted) >= sw.RADIX_SORT_MIN
+
+
+@pytest.mark.parametrize("dims, seed", [(2, 1), (2, 2), (3, 3), (3, 4)])
+def test_one_box_at_a_time_crosses_a_cell_border_among_still_boxes(dims, seed):
+    """A cell with many still boxes and one that leaves it (the single-leaver removal of a cell's SAP: the
+    box's endpoints shifted out of each axis, the cell's last box taking its slot), frame after frame:
+    the leaver anywhere in the cell's slots (the last one too), often beside the box in the cell's last
+    slot moving inside the cell (its slot changes in that frame), sometimes coming back (entering);
+    every frame checked against the oracle. The test follows the first cell's slots as the engine fills
+    them (adds and entering boxes at the end, a leaver's slot taken by the last) to aim at that case."""
+    rng = np.random.default_rng(seed)
+    cfg = WorldConfig(dims=dims, bounds=(0.0,) * dims + (8.0,) * dims, cells=(2,) * dims, threads=1)
+    t = Twin(cfg, seed=seed)
+    n = 48 if dims == 2 else 64
+    centres = rng.uniform(0.6, 3.4, (n, dims))          # every box inside the first cell at first
+    half = rng.uniform(0.05, 0.5, (n, dims))
+    ids = np.arange(1, n + 1, dtype=np.uint64)
+
+    def boxes(rows):
+        return np.concatenate([centres[rows] - half[rows], centres[rows] + half[rows]], 1).astype(np.float32)
+
+    def inside(i):                                      # in the first cell (every coordinate below 4.0)
+        return bool((centres[i] < 4.0).all())
+
+    t.step(add_ids=ids, add_boxes=boxes(np.arange(n)))
+    slots = list(range(n))                              # the first cell's boxes by slot
+    aimed = 0
+    for _ in range(80):
+        away = [i for i in range(n) if not inside(i)]
+        if away and (len(slots) < n // 2 or rng.random() < 0.3):
+            leaver = away[int(rng.integers(len(away)))]  # one comes back (enters at the last slot)
+        else:
+            leaver = slots[int(rng.integers(len(slots)))]
+        axis = int(rng.integers(dims))
+        was_inside = inside(leaver)
+        if centres[leaver, axis] < 4.0:                  # across the border at 4.0, or back
+            centres[leaver, axis] = rng.uniform(4.6, 5.4)
+        else:
+            centres[leaver, axis] = rng.uniform(2.6, 3.4)
+        rows = [leaver]
+        others = list(rng.choice(n, size=int(rng.integers(0, 3)), replace=False))
+        if was_inside and slots[-1] != leaver and rng.random() < 0.6:
+            others.append(slots[-1])                    # the last slot's box moves in the same frame
+            aimed += 1
+        for other in others:
+            if other != leaver and other not in rows:    # moves within its own cells
+                lo, hi = (0.6, 3.4) if inside(other) else (0.6, 7.4)
+                step = np.clip(centres[other] + rng.normal(0, 0.2, dims), lo, hi)
+                if inside(other) or not ((step < 4.0).all() or ((step > 4.0) & (centres[other] < 4.0)).any()
+                                         or ((step < 4.0) & (centres[other] > 4.0)).any()):
+                    centres[other] = step
+                    rows.append(int(other))
+        if was_inside and not inside(leaver):
+            i = slots.index(leaver)
+            slots[i] = slots[-1]
+            slots.pop()
+        elif not was_inside and inside(leaver):
+            slots.append(leaver)
+        rows = np.array(rows)
+        t.step(update_ids=ids[rows], update_boxes=boxes(rows))
+    assert aimed >= 10, aimed

@@ -19,7 +19,8 @@ comes first, which makes touching boxes overlap (inclusive rule); one integer co
 One frame of one cell (the body of ``cells_apply``), in order:
   1. batch remove: boxes removed from the world or leaving the cell lose their pairs (found in the
      cell's pair set), then every axis is compacted in one pass and slots are renumbered densely (with
-     many moved boxes, by step 2's pass over each axis);
+     many moved boxes, by step 2's pass over each axis; one leaving box among few moved ones: only the
+     endpoints after its own are shifted, and the cell's last box takes its slot);
   2. update: with many moved boxes, one pass per axis gives every endpoint its box's current value
      and insertion-sorts it into place; with few (under a quarter of the cell), one box at a time gets its values and
      its endpoints move left or right to their places (Terdiman's per-object update). Every swap of a
@@ -107,7 +108,8 @@ def _emit(ev_key, eo, cap, cnt, key):
 def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key, scratch, tid, cell_pm_base,
                     cell_pm_n, pm_keys, ev_key, eo, cap, cnt):
     """Step 1, batch remove: boxes removed from the world or leaving cell c lose their pairs, every axis
-    is compacted in one pass and slots are renumbered densely. The moved boxes' new slots are listed in
+    is compacted in one pass and slots are renumbered densely (one leaving box: its endpoints are shifted
+    out, the last box takes its slot and the others keep theirs). The moved boxes' new slots are listed in
     ``scratch[tid, 1]``. With many moved boxes (the update's one pass per axis) the axes are left to that
     pass: returns (boxes left, moved boxes, event count, whether the axes still hold the leaving
     boxes' endpoints, renumbered by ``scratch[tid, 0]``)."""
@@ -116,11 +118,13 @@ def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key,
     cx = c // (C[1] * C[2])
     k = 0
     moved = 0
+    gone = -1                       # the slot of a leaving box
     for s in range(n):
         h = bx_h[base + s]
         if leaves_cell(flag, crange, h, cx, cy, cz, C):
             scratch[tid, 0, s] = -1
             k += 1
+            gone = s
         else:
             scratch[tid, 0, s] = s - k
             f = flag[h]
@@ -147,6 +151,36 @@ def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key,
                 for j in range(2 * dims):
                     bx_pos[base + ns, j] = bx_pos[base + s, j]
         return n - k, moved, cnt, True
+    if k == 1:
+        # one box leaves (with few moved boxes, the common case): its endpoints leave each axis by a shift
+        # of the endpoints after them alone, and the cell's last box takes its slot, where the pass below
+        # rewrites every endpoint of every axis
+        last = n - 1
+        for a in range(dims):
+            p0 = np.int64(bx_pos[base + gone, 2 * a])
+            p1 = np.int64(bx_pos[base + gone, 2 * a + 1])
+            w = p0
+            for e in range(p0 + 1, 2 * n + 1):
+                if e == p1:
+                    continue
+                kk = ep_key[a, eb + e]
+                ep_key[a, eb + w] = kk
+                bx_pos[base + np.int64(kk & SLOT_MASK), 2 * a + np.int64((kk >> _S31) & _ONE)] = w
+                w += 1
+        if gone != last:
+            bx_h[base + gone] = bx_h[base + last]
+            for j in range(2 * dims):
+                q = np.int64(bx_pos[base + last, j])
+                bx_pos[base + gone, j] = q
+                ep_key[j // 2, eb + q] = (ep_key[j // 2, eb + q] & ~SLOT_MASK) | np.uint64(gone)
+        # the moved boxes' slots were listed as the pass below numbers them (one less after ``gone``): here
+        # every slot keeps its number but the last box's, which is now ``gone``
+        for i in range(moved):
+            ms = scratch[tid, 1, i]
+            if ms >= gone:
+                ms += 1
+            scratch[tid, 1, i] = gone if ms == last else ms
+        return n - 1, moved, cnt, False
     # compact every axis in one pass, renumbering slots
     for a in range(dims):
         w = 0
