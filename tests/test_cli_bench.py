@@ -3,16 +3,10 @@ is one line (with what to do), exit code 1, no traceback, and no world left behi
 from __future__ import annotations
 
 import os
-import socket
 
 from sapgrid.client import Client
 from sapgrid.tools import cli
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from sapgrid.tools.spawn import free_port
 
 
 def _one_line(capsys, code: int, *words: str) -> None:
@@ -24,7 +18,7 @@ def _one_line(capsys, code: int, *words: str) -> None:
 
 
 def test_an_unreachable_server(capsys):
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     _one_line(capsys, cli.main(["bench", "--server", address, "--rtt-objects", "100"]), "UNAVAILABLE")
     _one_line(capsys, cli.main(["bench", "--server", address, "--worlds", "2", "--seconds", "1",
                                 "--heavy-objects", "0"]), "UNAVAILABLE")

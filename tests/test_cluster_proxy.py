@@ -15,29 +15,24 @@ from sapgrid.server import cluster
 from sapgrid.server.app import build_server
 from sapgrid.server.config import ServerConfig
 from sapgrid.tools.cluster import status, write_proxy_config
+from sapgrid.tools.spawn import free_port
 
 HAPROXY = shutil.which("haproxy") or (os.path.exists("/usr/sbin/haproxy") and "/usr/sbin/haproxy")
 if not HAPROXY and os.environ.get("CI") != "true":
     pytest.skip("haproxy not installed (scripts/setup.d/70-haproxy.sh)", allow_module_level=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def cluster2(tmp_path):
     assert HAPROXY, "haproxy is not installed: run scripts/setup.d/70-haproxy.sh"
-    members = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    members = [f"127.0.0.1:{free_port()}" for _ in range(2)]
     apps = []
     for m in members:
         app = build_server(ServerConfig(listen=m, metrics_port=-1, default_world="",
                                         cluster_members=",".join(members), cluster_self=m))
         app.start()
         apps.append(app)
-    bind = f"127.0.0.1:{_free_port()}"
+    bind = f"127.0.0.1:{free_port()}"
     cfg = write_proxy_config(members, bind, tmp_path)
     proxy = subprocess.Popen([HAPROXY, "-db", "-f", str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

@@ -10,7 +10,8 @@ import pytest
 from sapgrid.layout import pairs_digest
 from sapgrid.server.cluster import Ring, bucket
 from sapgrid.tools.cluster import rebalance
-from test_cluster_scale import HAPROXY, SIDE, Cluster, Mover, _free_port, _held, _world_info
+from sapgrid.tools.spawn import free_port
+from test_cluster_scale import HAPROXY, SIDE, Cluster, Mover, _held, _world_info
 
 
 def _check_world(client, members, m: Mover, owner: str) -> None:
@@ -73,7 +74,7 @@ def test_scale_3_to_4_while_clients_stream(durable3):
                 round_()
             # a fourth replica: the member file first (every replica reads it), then the replica, then
             # the proxy with backends for both lists and the old routing (no world changes route yet)
-            new = f"127.0.0.1:{_free_port()}"
+            new = f"127.0.0.1:{free_port()}"
             c.set_members(old + [new])
             c.start(new)
             c.start_proxy(old + [new], map_from=old)
@@ -126,7 +127,7 @@ def test_a_failed_move_leaves_the_bucket_on_its_old_owner_unfrozen(cluster3):
 
     c = cluster3
     old = list(c.members)
-    new = f"127.0.0.1:{_free_port()}"
+    new = f"127.0.0.1:{free_port()}"
     ring4 = Ring(old + [new])
     by_bucket: dict = {}
     for i in range(20000):                        # two names of one bucket that moves to the new replica
@@ -188,7 +189,7 @@ def test_rebalance_refuses_to_start_when_a_replica_is_down(cluster3):
     with Client(c.bind, timeout=30) as client:
         for i in range(6):
             client.create_world(f"w{i}")
-    down = f"127.0.0.1:{_free_port()}"            # a new member that was never started
+    down = f"127.0.0.1:{free_port()}"            # a new member that was never started
     out = io.StringIO()
     assert rebalance(old, old + [down], [c.admin], out=out) == 2
     assert f"replica {down} unreachable" in out.getvalue()
@@ -206,7 +207,7 @@ def test_rebalance_finishes_a_move_that_was_interrupted(cluster3):
 
     c = cluster3
     old = list(c.members)
-    new = f"127.0.0.1:{_free_port()}"
+    new = f"127.0.0.1:{free_port()}"
     ring4 = Ring(old + [new])
     names = [n for n in (f"cut-{i}" for i in range(400)) if ring4.owner(n) == new][:2]
     movers = [Mover(n, seed=i) for i, n in enumerate(names)]
@@ -247,7 +248,7 @@ def test_rebalance_stops_when_the_new_replica_refuses_every_world(cluster3):
 
     c = cluster3
     old = list(c.members)
-    new = f"127.0.0.1:{_free_port()}"
+    new = f"127.0.0.1:{free_port()}"
     names = [f"keep-{i}" for i in range(30)]
     with Client(c.bind, timeout=30) as client:
         for n in names:

@@ -11,7 +11,6 @@ killed with SIGKILL), Debian's HAProxy from the project's setup in front of them
 """
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,7 +21,7 @@ import pytest
 from naive import brute_force_pairs, pairs_to_array
 from sapgrid.server.cluster import Ring
 from sapgrid.tools.cluster import ProxyAdmin, write_proxy_config
-from sapgrid.tools.spawn import SpawnedServer
+from sapgrid.tools.spawn import SpawnedServer, free_port
 
 HAPROXY = shutil.which("haproxy") or (os.path.exists("/usr/sbin/haproxy") and "/usr/sbin/haproxy")
 if not HAPROXY and os.environ.get("CI") != "true":
@@ -31,26 +30,20 @@ if not HAPROXY and os.environ.get("CI") != "true":
 SIDE = 100.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Cluster:
     """Replica processes on fixed loopback ports reading their member list from one file, and one HAProxy
     (runtime API on a unix socket) routing by the ring of ``routing`` members."""
 
     def __init__(self, n: int, durable: bool = False):
         self.dir = tempfile.mkdtemp(prefix="sgc-", dir="/tmp")     # short: a unix socket path is < 108 bytes
-        self.members = [f"127.0.0.1:{_free_port()}" for _ in range(n)]
+        self.members = [f"127.0.0.1:{free_port()}" for _ in range(n)]
         self.members_file = os.path.join(self.dir, "members")
         self.durable = durable            # each replica with a --data-dir of its own
         self.replicas: dict = {}
         self.proxy = None
         self.old_proxies: list = []
         self.admin = os.path.join(self.dir, "admin.sock")
-        self.bind = f"127.0.0.1:{_free_port()}"
+        self.bind = f"127.0.0.1:{free_port()}"
         self.set_members(self.members)
         try:
             for m in self.members:

@@ -285,7 +285,7 @@ def test_the_bench_heavy_neighbour_streams_from_its_own_process(make_server):
     from sapgrid.tools import bench_worlds
 
     server = make_server(echo=True, metrics_port=-1, heavy_frame_objects=1500)
-    r = bench_worlds.measure(server.address, os.getpid(), 1, 50, 10.0, 1.0, 2000)
+    r = bench_worlds.measure(server.address, [os.getpid()], 1, 50, 10.0, 1.0, 2000)
     assert 0 < r["small_p99_alone_ms"] and 0 < r["small_p99_with_heavy_ms"], r
     assert r["heavy_frames_per_s"] > 0 and r["heavy_objects"] == 2000, r
     assert server.app.registry.heavy.native_ids      # the heavy world's frames ran on its thread

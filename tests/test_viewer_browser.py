@@ -3,7 +3,6 @@
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 
 from sapgrid.client import Client
+from sapgrid.tools.spawn import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BROWSER_DIR = ROOT / "tests" / "browser"
@@ -28,12 +28,6 @@ def _missing() -> str | None:
     if not (BROWSER_DIR / "node_modules" / "playwright-core").is_dir():
         return "playwright-core is missing: run scripts/setup.d/60-browser.sh (npm ci in tests/browser)"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
@@ -84,7 +78,7 @@ def test_viewer_in_headless_chromium(server, tmp_path):
         ids = np.arange(1, len(FIXED_BOXES) + 1, dtype=np.uint64)
         c.step(fixed, add_ids=ids, add_boxes=FIXED_BOXES.astype(np.float32))
     demo_world = f"demo-{os.getpid()}"
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     demo = subprocess.Popen([sys.executable, "-m", "sapgrid.tools.cli", "demo", "--server", server.address,
                              "--world", demo_world, "--objects", "600", "--fps", "20", "--ticks", "3000"],

@@ -18,14 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
-import tempfile
 import time
 
 import numpy as np
-
-from sapgrid.tools.spawn import free_port, wait_port
 
 
 def crowd_frames(world: str, objects: int, frames: int, seed: int = 1) -> tuple:
@@ -81,24 +76,12 @@ def _paired_round_trips(direct: str, proxied: str, objects: int, frames: int, se
 
 def run(objects: int, frames: int) -> dict:
     """The proxy's added round trip: a replica process, HAProxy in front of it, paired streams."""
-    from sapgrid.tools.cluster import write_proxy_config
-    from sapgrid.tools.spawn import SpawnedServer
+    from sapgrid.tools.spawn import SpawnedCluster
 
-    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
-    member = f"127.0.0.1:{free_port()}"
-    with tempfile.TemporaryDirectory() as tmp, SpawnedServer("--default-world", "", "--cluster-members", member,
-                                                             "--cluster-self", member, listen=member,
-                                                             metrics_port=-1):
-        bind = f"127.0.0.1:{free_port()}"
-        proxy = subprocess.Popen([haproxy, "-db", "-f", str(write_proxy_config([member], bind, tmp))],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_port(bind, proxy)
-            _paired_round_trips(member, bind, objects, 20)          # warm-up: kernels, connections, windows
-            d, p = _paired_round_trips(member, bind, objects, frames)
-        finally:
-            proxy.terminate()
-            proxy.wait(10)
+    with SpawnedCluster(1, "--default-world", "") as cluster:
+        member, bind = cluster.members[0], cluster.address
+        _paired_round_trips(member, bind, objects, 20)          # warm-up: kernels, connections, windows
+        d, p = _paired_round_trips(member, bind, objects, frames)
     return {"objects": objects, "frames": frames, "direct_ms": float(np.median(d) * 1e3),
             "proxy_ms": float(np.median(p) * 1e3), "overhead_ms": float(np.median(p - d) * 1e3),
             "direct_p99_ms": float(np.percentile(d, 99) * 1e3), "proxy_p99_ms": float(np.percentile(p, 99) * 1e3)}

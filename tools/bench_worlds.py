@@ -388,10 +388,9 @@ def _held(members, prefix: str) -> list[int]:
 
 def measure(address: str, pids, worlds: int, objects: int, hz: float, seconds: float, heavy_objects: int,
             seed: int = 1, aligned: bool = False, cluster=None) -> dict:
-    """The three measures against the server at ``address`` whose processes are ``pids`` (a PID, a list of
-    them, or 0: unknown); ``cluster``: a ``SpawnedCluster`` behind that address (the worlds' spread over
-    its replicas is reported, the neighbour's worlds share a replica)."""
-    pids = [pids] if isinstance(pids, int) and pids else list(pids or [])
+    """The three measures against the server at ``address`` whose processes are ``pids`` (empty: unknown);
+    ``cluster``: a ``SpawnedCluster`` behind that address (the worlds' spread over its replicas is
+    reported, the neighbour's worlds share a replica)."""
     prefix = f"bench-w-{os.getpid()}-"
     names = [f"{prefix}{i:03d}" for i in range(worlds)]
     frames = _setup_worlds(address, names, objects, seed)
@@ -466,7 +465,7 @@ def run(args: argparse.Namespace) -> int:
             cluster = SpawnedCluster(replicas, *flags)
             address, pids = cluster.address, cluster.pids
         else:
-            spawned = SpawnedServer(*flags, "--metrics-port", "-1")
+            spawned = SpawnedServer(*flags, metrics_port=-1)
             address, pids = spawned.address, [spawned.proc.pid]
     try:
         where = f"{replicas} replicas behind HAProxy at {address}" if cluster is not None else address

@@ -69,8 +69,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_port(address: str, proc: subprocess.Popen, timeout: float = 10.0, what: str = "haproxy") -> None:
-    """Wait until ``address`` accepts connections; RuntimeError if ``proc`` exits first or time runs out."""
+def wait_port(address: str, proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    """Wait until the proxy ``proc`` accepts connections on ``address``; RuntimeError if it exits first or
+    time runs out."""
     host, port = address.rsplit(":", 1)
     deadline = time.monotonic() + timeout
     while True:
@@ -79,7 +80,7 @@ def wait_port(address: str, proc: subprocess.Popen, timeout: float = 10.0, what:
             return
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{what} did not start on {address}") from None
+                raise RuntimeError(f"haproxy did not start on {address}") from None
             time.sleep(0.05)
 
 
