@@ -471,3 +471,71 @@ def test_one_box_at_a_time_crosses_a_cell_border_among_still_boxes(dims, seed):
         rows = np.array(rows)
         t.step(update_ids=ids[rows], update_boxes=boxes(rows))
     assert aimed >= 10, aimed
+
+
+@pytest.mark.parametrize("dims, seed", [(2, 5), (2, 6), (3, 7), (3, 8)])
+def test_several_boxes_leave_a_cell_among_still_boxes(dims, seed):
+    """Two to twelve boxes leave a cell of many still boxes in one frame, with a few others moving inside it
+    (the cell's removal with few moved boxes: one pass per axis from the leaving boxes' first endpoint, the
+    staying boxes of the last slots taking the leaving boxes' slots): leavers in the last slots and below
+    them, staying boxes of the last slots moving in the same frame (their slots change in it), boxes coming
+    back (entering at the end); every frame checked against the oracle. The test follows the first cell's
+    slots as the engine fills them to aim at those cases."""
+    rng = np.random.default_rng(seed)
+    cfg = WorldConfig(dims=dims, bounds=(0.0,) * dims + (8.0,) * dims, cells=(2,) * dims, threads=1)
+    t = Twin(cfg, seed=seed)
+    n = 64 if dims == 2 else 80
+    centres = rng.uniform(0.6, 3.4, (n, dims))          # every box inside the first cell at first
+    half = rng.uniform(0.05, 0.5, (n, dims))
+    ids = np.arange(1, n + 1, dtype=np.uint64)
+
+    def boxes(rows):
+        return np.concatenate([centres[rows] - half[rows], centres[rows] + half[rows]], 1).astype(np.float32)
+
+    def inside(i):                                      # in the first cell (every coordinate below 4.0)
+        return bool((centres[i] < 4.0).all())
+
+    t.step(add_ids=ids, add_boxes=boxes(np.arange(n)))
+    slots = list(range(n))                              # the first cell's boxes by slot
+    aimed_last = aimed_filler = 0
+    for _ in range(60):
+        k = int(rng.integers(2, 6)) if rng.random() < 0.7 else int(rng.integers(9, 13))    # few, or many
+        k = min(k, len(slots) // 3)
+        tail = slots[-k:]
+        pick = list(rng.choice(tail, size=int(rng.integers(0, 3)), replace=False))   # from the last slots
+        rest = [b for b in slots if b not in pick]
+        pick += list(rng.choice(rest, size=k - len(pick), replace=False))
+        aimed_last += any(b in tail for b in pick)
+        away = [i for i in range(n) if not inside(i)]
+        want = int(rng.integers(0, 3)) if len(slots) > 2 * n // 3 else int(rng.integers(6, 14))  # keep it full
+        back = list(rng.choice(away, size=min(len(away), want), replace=False)) if away else []
+        rows = []
+        for b in pick + back:
+            b = int(b)
+            axis = int(rng.integers(dims))
+            if inside(b):                               # across the border at 4.0
+                centres[b, axis] = rng.uniform(4.6, 5.4)
+            else:
+                centres[b] = np.minimum(centres[b], rng.uniform(2.6, 3.4, dims))   # back inside
+            rows.append(b)
+        stay_tail = [b for b in tail if b not in pick]
+        movers = list(rng.choice(stay_tail, size=min(len(stay_tail), 2), replace=False)) if stay_tail else []
+        movers += list(rng.choice(slots, size=2, replace=False))
+        for b in movers:
+            b = int(b)
+            if b not in rows and inside(b):                 # moves inside the first cell
+                centres[b] = np.clip(centres[b] + rng.normal(0, 0.2, dims), 0.6, 3.4)
+                rows.append(b)
+                aimed_filler += b in stay_tail
+        # the engine's slots after the frame: leaving slots below the last k taken, in order, by the staying
+        # boxes of the last k slots; entering boxes appended in frame order
+        leaving = [b for b in slots if not inside(b)]
+        m = len(slots) - len(leaving)
+        holes = [i for i, b in enumerate(slots[:m]) if b in leaving]
+        fillers = [b for b in slots[m:] if b not in leaving]
+        new = list(slots[:m])
+        for h, b in zip(holes, fillers):
+            new[h] = b
+        slots = new + [b for b in rows if b in back and inside(b)]
+        t.step(update_ids=ids[np.array(rows)], update_boxes=boxes(np.array(rows)))
+    assert aimed_last >= 20 and aimed_filler >= 20, (aimed_last, aimed_filler)

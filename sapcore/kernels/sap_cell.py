@@ -8,9 +8,9 @@ Arena layout (cell c owns a region of ``cell_cap[c] + 1`` box units starting at 
                                           encoding"): encode(value) << 32 | is_max << 31 | local slot;
                                           e = 0 is the sentinel, key 0, below every endpoint
 
-Workspace, one block per worker thread: ``scratch[thread, 3, cap]`` int32 (slot renumbering, active
-lists of the sweep) and ``kscratch[thread, 2 * cap]`` uint64 (new endpoints), with cap the largest
-capacity of a touched cell.
+Workspace, one block per worker thread: ``scratch[thread, 3, cap]`` int32 (slot renumbering, the moved
+and the leaving boxes' slots, active lists of the sweep) and ``kscratch[thread, 2 * cap]`` uint64 (the
+leaving endpoints' positions, new endpoints), with cap the largest capacity of a touched cell.
 
 Endpoints on an axis are sorted by ``key >> 31``, that is by (value, is_max): at equal values a min
 comes first, which makes touching boxes overlap (inclusive rule); one integer comparison decides. Overlap on the other axes is decided by endpoint positions
@@ -18,9 +18,11 @@ comes first, which makes touching boxes overlap (inclusive rule); one integer co
 
 One frame of one cell (the body of ``cells_apply``), in order:
   1. batch remove: boxes removed from the world or leaving the cell lose their pairs (found in the
-     cell's pair set), then every axis is compacted in one pass and slots are renumbered densely (with
-     many moved boxes, by step 2's pass over each axis; one leaving box among few moved ones: only the
-     endpoints after its own are shifted, and the cell's last box takes its slot);
+     cell's pair set) and their endpoints leave every axis. With few moved boxes and a few leaving ones,
+     by one pass per axis from the leaving boxes' first endpoint on, the staying boxes of the cell's last
+     slots taking the leaving boxes' slots (every other box keeps its own); with many leaving ones, by
+     one pass over each whole axis that renumbers the slots densely; with many moved boxes, by step 2's
+     pass over each axis;
   2. update: with many moved boxes, one pass per axis gives every endpoint its box's current value
      and insertion-sorts it into place; with few (under a quarter of the cell), one box at a time gets its values and
      its endpoints move left or right to their places (Terdiman's per-object update). Every swap of a
@@ -66,6 +68,11 @@ def encode(bits):
     return np.uint64(u | np.uint32(0x80000000))
 
 
+#: Up to this many boxes leaving a cell among few moved ones leave by a pass over each axis from their
+#: first endpoint on (their endpoints' positions sorted by insertion), the cell's last boxes taking their
+#: slots; more by a pass over each whole axis that renumbers every slot.
+_LEAVING_FEW = 8
+
 #: Up to this many boxes entering a cell in one frame are paired by direct tests against every box of
 #: the cell (kn * n tests); more use the sweep over axis 0 (2n endpoints, with active lists).
 _DIRECT_MAX = 3
@@ -105,31 +112,32 @@ def _emit(ev_key, eo, cap, cnt, key):
 
 
 @njit(**NJIT_INLINE)
-def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key, scratch, tid, cell_pm_base,
-                    cell_pm_n, pm_keys, ev_key, eo, cap, cnt):
-    """Step 1, batch remove: boxes removed from the world or leaving cell c lose their pairs, every axis
-    is compacted in one pass and slots are renumbered densely (one leaving box: its endpoints are shifted
-    out, the last box takes its slot and the others keep theirs). The moved boxes' new slots are listed in
-    ``scratch[tid, 1]``. With many moved boxes (the update's one pass per axis) the axes are left to that
-    pass: returns (boxes left, moved boxes, event count, whether the axes still hold the leaving
-    boxes' endpoints, renumbered by ``scratch[tid, 0]``)."""
+def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key, scratch, kscratch, tid,
+                    cell_pm_base, cell_pm_n, pm_keys, ev_key, eo, cap, cnt):
+    """Step 1, batch remove: boxes removed from the world or leaving cell c lose their pairs and their
+    endpoints leave every axis. With few moved boxes and up to ``_LEAVING_FEW`` leaving ones (k), by one
+    pass per axis from the leaving boxes' first endpoint on, the staying boxes of the last k slots taking
+    the leaving boxes' slots below them (every other box keeps its slot); with more leaving ones, by one
+    pass over each whole axis that renumbers every slot densely. The moved boxes' slots, as they are
+    after, are listed in ``scratch[tid, 1]``. With many moved boxes, the axes are left to the update's one
+    pass per axis, which compacts them: returns (boxes left, moved boxes, event count, whether the axes
+    still hold the leaving boxes' endpoints, renumbered by ``scratch[tid, 0]``)."""
     cz = c % C[2]
     cy = (c // C[2]) % C[1]
     cx = c // (C[1] * C[2])
     k = 0
     moved = 0
-    gone = -1                       # the slot of a leaving box
     for s in range(n):
         h = bx_h[base + s]
         if leaves_cell(flag, crange, h, cx, cy, cz, C):
             scratch[tid, 0, s] = -1
+            scratch[tid, 2, k] = s                      # the leaving boxes' slots, in order
             k += 1
-            gone = s
         else:
             scratch[tid, 0, s] = s - k
             f = flag[h]
             if f == FLAG_MOVED or f == FLAG_MOVED_CELLS:
-                scratch[tid, 1, moved] = s - k          # the moved box's slot after compaction
+                scratch[tid, 1, moved] = s
                 moved += 1
     if k == 0:
         return n, moved, cnt, False
@@ -151,52 +159,80 @@ def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key,
                 for j in range(2 * dims):
                     bx_pos[base + ns, j] = bx_pos[base + s, j]
         return n - k, moved, cnt, True
-    if k == 1:
-        # one box leaves (with few moved boxes, the common case): its endpoints leave each axis by a shift
-        # of the endpoints after them alone, and the cell's last box takes its slot, where the pass below
-        # rewrites every endpoint of every axis
-        last = n - 1
+    if k > _LEAVING_FEW:
+        # many leaving boxes: every axis compacted in one pass, slots renumbered densely
         for a in range(dims):
-            p0 = np.int64(bx_pos[base + gone, 2 * a])
-            p1 = np.int64(bx_pos[base + gone, 2 * a + 1])
-            w = p0
-            for e in range(p0 + 1, 2 * n + 1):
-                if e == p1:
-                    continue
+            w = 0
+            for e in range(1, 2 * n + 1):
                 kk = ep_key[a, eb + e]
-                ep_key[a, eb + w] = kk
-                bx_pos[base + np.int64(kk & SLOT_MASK), 2 * a + np.int64((kk >> _S31) & _ONE)] = w
+                ns = scratch[tid, 0, np.int64(kk & SLOT_MASK)]
+                if ns < 0:
+                    continue
                 w += 1
-        if gone != last:
-            bx_h[base + gone] = bx_h[base + last]
-            for j in range(2 * dims):
-                q = np.int64(bx_pos[base + last, j])
-                bx_pos[base + gone, j] = q
-                ep_key[j // 2, eb + q] = (ep_key[j // 2, eb + q] & ~SLOT_MASK) | np.uint64(gone)
-        # the moved boxes' slots were listed as the pass below numbers them (one less after ``gone``): here
-        # every slot keeps its number but the last box's, which is now ``gone``
+                ep_key[a, eb + w] = (kk & ~SLOT_MASK) | np.uint64(ns)
+                bx_pos[base + ns, 2 * a + np.int64((kk >> _S31) & _ONE)] = w
+        for s in range(n):
+            ns = scratch[tid, 0, s]
+            if ns >= 0:
+                bx_h[base + ns] = bx_h[base + s]
         for i in range(moved):
-            ms = scratch[tid, 1, i]
-            if ms >= gone:
-                ms += 1
-            scratch[tid, 1, i] = gone if ms == last else ms
-        return n - 1, moved, cnt, False
-    # compact every axis in one pass, renumbering slots
+            scratch[tid, 1, i] = scratch[tid, 0, scratch[tid, 1, i]]
+        return n - k, moved, cnt, False
+    # a few leaving boxes: on each axis, the endpoints after the leaving boxes' first one close up over
+    # theirs (the endpoints before it stay where they are), the leaving ones known by their positions,
+    # sorted (in the workspace of the entering boxes' keys, free until step 3)
+    m2 = 2 * k
     for a in range(dims):
-        w = 0
-        for e in range(1, 2 * n + 1):
-            kk = ep_key[a, eb + e]
-            ns = scratch[tid, 0, np.int64(kk & SLOT_MASK)]
-            if ns < 0:
+        if k == 1:          # the commonest: its two positions as they are
+            ls = base + scratch[tid, 2, 0]
+            p0 = np.int64(bx_pos[ls, 2 * a])
+            skip = np.int64(bx_pos[ls, 2 * a + 1])
+        else:
+            for j in range(k):
+                ls = base + scratch[tid, 2, j]
+                kscratch[tid, 2 * j] = np.uint64(bx_pos[ls, 2 * a])
+                kscratch[tid, 2 * j + 1] = np.uint64(bx_pos[ls, 2 * a + 1])
+            for i in range(1, m2):
+                x = kscratch[tid, i]
+                j = i - 1
+                while j >= 0 and kscratch[tid, j] > x:
+                    kscratch[tid, j + 1] = kscratch[tid, j]
+                    j -= 1
+                kscratch[tid, j + 1] = x
+            p0 = np.int64(kscratch[tid, 0])
+            skip = np.int64(kscratch[tid, 1])
+        w = p0
+        nxt = 1
+        for e in range(p0 + 1, 2 * n + 1):
+            if e == skip:
+                nxt += 1
+                skip = np.int64(kscratch[tid, nxt]) if nxt < m2 else np.int64(-1)
                 continue
+            kk = ep_key[a, eb + e]
+            ep_key[a, eb + w] = kk
+            bx_pos[base + np.int64(kk & SLOT_MASK), 2 * a + np.int64((kk >> _S31) & _ONE)] = w
             w += 1
-            ep_key[a, eb + w] = (kk & ~SLOT_MASK) | np.uint64(ns)
-            bx_pos[base + ns, 2 * a + np.int64((kk >> _S31) & _ONE)] = w
-    for s in range(n):
-        ns = scratch[tid, 0, s]
-        if ns >= 0:
-            bx_h[base + ns] = bx_h[base + s]
-    return n - k, moved, cnt, False
+    # the staying boxes of the last k slots take the leaving boxes' slots below n - k, in order (those are
+    # the first of the leaving slots, as many as there are staying boxes there); every other box keeps its
+    # slot
+    m = n - k
+    j = 0
+    for s in range(m, n):
+        if scratch[tid, 0, s] < 0:
+            continue
+        hole = scratch[tid, 2, j]
+        j += 1
+        bx_h[base + hole] = bx_h[base + s]
+        for q in range(2 * dims):
+            e = np.int64(bx_pos[base + s, q])
+            bx_pos[base + hole, q] = e
+            ep_key[q // 2, eb + e] = (ep_key[q // 2, eb + e] & ~SLOT_MASK) | np.uint64(hole)
+        scratch[tid, 0, s] = hole
+    for i in range(moved):
+        ms = scratch[tid, 1, i]
+        if ms >= m:
+            scratch[tid, 1, i] = scratch[tid, 0, ms]
+    return m, moved, cnt, False
 
 
 @njit(**NJIT_INLINE)
@@ -489,7 +525,8 @@ def _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat,
     eb = 2 * base
     n_old = np.int64(cell_n[c])
     n, moved, cnt, compact = _remove_leaving(c, base, eb, n_old, dims, C, flag, crange, bx_h, bx_pos, ep_key,
-                                             scratch, tid, cell_pm_base, cell_pm_n, pm_keys, ev_key, eo, cap, 0)
+                                             scratch, kscratch, tid, cell_pm_base, cell_pm_n, pm_keys, ev_key, eo,
+                                             cap, 0)
     sw = 0
     if moved > 0:
         cnt, sw = _update_moved(moved, n, n_old, compact, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk,
