@@ -42,10 +42,3 @@ def metric_value(text: str, name: str, **labels) -> float | None:
     return None
 
 
-def free_port() -> int:
-    """A loopback port free now (for a server that must come back on the same address after a restart)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

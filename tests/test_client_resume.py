@@ -12,8 +12,8 @@ from sapgrid.client import Client
 from sapgrid.client.errors import DataLoss, FailedPrecondition, InvalidArgument
 from sapgrid.layout import pairs_digest
 from sapgrid.tools import cli
-from sapgrid.tools.spawn import SpawnedServer
-from service_helpers import free_port, random_boxes
+from sapgrid.tools.spawn import SpawnedServer, free_port
+from service_helpers import random_boxes
 
 
 def _moves(rng, n: int, frames: int) -> list[dict]:

@@ -260,7 +260,7 @@ def test_rebalance_stops_when_the_new_replica_refuses_every_world(cluster3):
     assert rebalance(old, old + [new], [c.admin], out=out) == 1
     text = out.getvalue()
     assert "3 buckets in a row failed: stopping" in text, text
-    assert text.count("FAILED_PRECONDITION") == 3 and f"belongs to replica" in text
+    assert text.count("FAILED_PRECONDITION") == 3 and "belongs to replica" in text
     assert _held(new) == {}
     held = {r: _held(r) for r in old}
     for n in names:

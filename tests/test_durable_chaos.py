@@ -23,8 +23,7 @@ from naive import NaiveWorld
 from sapcore import World, WorldConfig
 from sapgrid.client import Client
 from sapgrid.layout import pairs_digest
-from sapgrid.tools.spawn import SpawnedServer
-from service_helpers import free_port
+from sapgrid.tools.spawn import SpawnedServer, free_port
 
 KILLS = int(os.environ.get("SAPGRID_CHAOS_KILLS", "10"))
 BOUNDS = (0.0, 0.0, 200.0, 200.0)
