@@ -412,6 +412,28 @@ def test_large_deltas_are_sorted_and_exact(id_base):
     assert NO_JIT or len(d.deleted) >= sw.RADIX_SORT_MIN
 
 
+class _FirstCell:
+    """n boxes of random sizes, every one inside the first of a 2 x 2 (x 2) grid's cells at first, added to a
+    ``threads=1`` world checked against the oracle every frame (``Twin``); ``centres`` is the scene's to move."""
+
+    def __init__(self, dims, seed, n):
+        self.rng = np.random.default_rng(seed)
+        self.t = Twin(WorldConfig(dims=dims, bounds=(0.0,) * dims + (8.0,) * dims, cells=(2,) * dims, threads=1),
+                      seed=seed)
+        self.centres = self.rng.uniform(0.6, 3.4, (n, dims))
+        self.half = self.rng.uniform(0.05, 0.5, (n, dims))
+        self.ids = np.arange(1, n + 1, dtype=np.uint64)
+        self.t.step(add_ids=self.ids, add_boxes=self.boxes(np.arange(n)))
+
+    def boxes(self, rows):
+        c, h = self.centres[rows], self.half[rows]
+        return np.concatenate([c - h, c + h], 1).astype(np.float32)
+
+    def inside(self, i):
+        """Is box i in the first cell (every coordinate below 4.0)?"""
+        return bool((self.centres[i] < 4.0).all())
+
+
 @pytest.mark.parametrize("dims, seed", [(2, 1), (2, 2), (3, 3), (3, 4)])
 def test_one_box_at_a_time_crosses_a_cell_border_among_still_boxes(dims, seed):
     """A cell with many still boxes and one that leaves it (the single-leaver removal of a cell's SAP: the
@@ -420,21 +442,9 @@ def test_one_box_at_a_time_crosses_a_cell_border_among_still_boxes(dims, seed):
     slot moving inside the cell (its slot changes in that frame), sometimes coming back (entering);
     every frame checked against the oracle. The test follows the first cell's slots as the engine fills
     them (adds and entering boxes at the end, a leaver's slot taken by the last) to aim at that case."""
-    rng = np.random.default_rng(seed)
-    cfg = WorldConfig(dims=dims, bounds=(0.0,) * dims + (8.0,) * dims, cells=(2,) * dims, threads=1)
-    t = Twin(cfg, seed=seed)
-    n = 48 if dims == 2 else 64
-    centres = rng.uniform(0.6, 3.4, (n, dims))          # every box inside the first cell at first
-    half = rng.uniform(0.05, 0.5, (n, dims))
-    ids = np.arange(1, n + 1, dtype=np.uint64)
-
-    def boxes(rows):
-        return np.concatenate([centres[rows] - half[rows], centres[rows] + half[rows]], 1).astype(np.float32)
-
-    def inside(i):                                      # in the first cell (every coordinate below 4.0)
-        return bool((centres[i] < 4.0).all())
-
-    t.step(add_ids=ids, add_boxes=boxes(np.arange(n)))
+    sc = _FirstCell(dims, seed, 48 if dims == 2 else 64)
+    rng, t, centres, ids, boxes, inside = sc.rng, sc.t, sc.centres, sc.ids, sc.boxes, sc.inside
+    n = ids.shape[0]
     slots = list(range(n))                              # the first cell's boxes by slot
     aimed = 0
     for _ in range(80):
@@ -481,21 +491,9 @@ def test_several_boxes_leave_a_cell_among_still_boxes(dims, seed):
     them, staying boxes of the last slots moving in the same frame (their slots change in it), boxes coming
     back (entering at the end); every frame checked against the oracle. The test follows the first cell's
     slots as the engine fills them to aim at those cases."""
-    rng = np.random.default_rng(seed)
-    cfg = WorldConfig(dims=dims, bounds=(0.0,) * dims + (8.0,) * dims, cells=(2,) * dims, threads=1)
-    t = Twin(cfg, seed=seed)
-    n = 64 if dims == 2 else 80
-    centres = rng.uniform(0.6, 3.4, (n, dims))          # every box inside the first cell at first
-    half = rng.uniform(0.05, 0.5, (n, dims))
-    ids = np.arange(1, n + 1, dtype=np.uint64)
-
-    def boxes(rows):
-        return np.concatenate([centres[rows] - half[rows], centres[rows] + half[rows]], 1).astype(np.float32)
-
-    def inside(i):                                      # in the first cell (every coordinate below 4.0)
-        return bool((centres[i] < 4.0).all())
-
-    t.step(add_ids=ids, add_boxes=boxes(np.arange(n)))
+    sc = _FirstCell(dims, seed, 64 if dims == 2 else 80)
+    rng, t, centres, ids, boxes, inside = sc.rng, sc.t, sc.centres, sc.ids, sc.boxes, sc.inside
+    n = ids.shape[0]
     slots = list(range(n))                              # the first cell's boxes by slot
     aimed_last = aimed_filler = 0
     for _ in range(60):

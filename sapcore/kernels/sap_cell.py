@@ -112,6 +112,18 @@ def _emit(ev_key, eo, cap, cnt, key):
 
 
 @njit(**NJIT_INLINE)
+def _insertion_sort(kscratch, tid, m):
+    """``kscratch[tid, :m]`` sorted in place by insertion (a few keys or positions)."""
+    for i in range(1, m):
+        x = kscratch[tid, i]
+        j = i - 1
+        while j >= 0 and kscratch[tid, j] > x:
+            kscratch[tid, j + 1] = kscratch[tid, j]
+            j -= 1
+        kscratch[tid, j + 1] = x
+
+
+@njit(**NJIT_INLINE)
 def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key, scratch, kscratch, tid,
                     cell_pm_base, cell_pm_n, pm_keys, ev_key, eo, cap, cnt):
     """Step 1, batch remove: boxes removed from the world or leaving cell c lose their pairs and their
@@ -192,13 +204,7 @@ def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key,
                 ls = base + scratch[tid, 2, j]
                 kscratch[tid, 2 * j] = np.uint64(bx_pos[ls, 2 * a])
                 kscratch[tid, 2 * j + 1] = np.uint64(bx_pos[ls, 2 * a + 1])
-            for i in range(1, m2):
-                x = kscratch[tid, i]
-                j = i - 1
-                while j >= 0 and kscratch[tid, j] > x:
-                    kscratch[tid, j + 1] = kscratch[tid, j]
-                    j -= 1
-                kscratch[tid, j + 1] = x
+            _insertion_sort(kscratch, tid, m2)
             p0 = np.int64(kscratch[tid, 0])
             skip = np.int64(kscratch[tid, 1])
         w = p0
@@ -403,13 +409,7 @@ def _merge_entering(kn, e0, n, base, eb, dims, ent_h, bx_h, bx_pos, ep_key, boxe
             kscratch[tid, i] = (encode(boxes_u[h, a]) << _S32) | np.uint64(n + i)
             kscratch[tid, kn + i] = (encode(boxes_u[h, dims + a]) << _S32) | (_ONE << _S31) | np.uint64(n + i)
         if m2 <= 64:
-            for i in range(1, m2):
-                xk = kscratch[tid, i]
-                j = i - 1
-                while j >= 0 and kscratch[tid, j] > xk:
-                    kscratch[tid, j + 1] = kscratch[tid, j]
-                    j -= 1
-                kscratch[tid, j + 1] = xk
+            _insertion_sort(kscratch, tid, m2)
         else:
             kscratch[tid, :m2].sort()
         # reverse merge into the axis: walk both sorted lists from their ends
