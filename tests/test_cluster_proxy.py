@@ -4,9 +4,7 @@ down replica makes only its own worlds UNAVAILABLE."""
 import io
 import os
 import shutil
-import socket
 import subprocess
-import time
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ from sapgrid.server import cluster
 from sapgrid.server.app import build_server
 from sapgrid.server.config import ServerConfig
 from sapgrid.tools.cluster import status, write_proxy_config
-from sapgrid.tools.spawn import free_port
+from sapgrid.tools.spawn import free_port, wait_port
 
 HAPROXY = shutil.which("haproxy") or (os.path.exists("/usr/sbin/haproxy") and "/usr/sbin/haproxy")
 if not HAPROXY and os.environ.get("CI") != "true":
@@ -36,15 +34,7 @@ def cluster2(tmp_path):
     cfg = write_proxy_config(members, bind, tmp_path)
     proxy = subprocess.Popen([HAPROXY, "-db", "-f", str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(tuple(bind.rsplit(":", 1)), timeout=0.5).close()
-                break
-            except OSError:
-                assert proxy.poll() is None, proxy.stdout.read().decode()
-                assert time.monotonic() < deadline, "haproxy did not start"
-                time.sleep(0.05)
+        wait_port(bind, proxy)
         yield members, apps, bind
     finally:
         proxy.terminate()

@@ -70,8 +70,8 @@ def free_port() -> int:
 
 
 def wait_port(address: str, proc: subprocess.Popen, timeout: float = 10.0) -> None:
-    """Wait until the proxy ``proc`` accepts connections on ``address``; RuntimeError if it exits first or
-    time runs out."""
+    """Wait until the proxy ``proc`` accepts connections on ``address``; RuntimeError if it exits first (with
+    what it printed, when its output is a pipe) or time runs out."""
     host, port = address.rsplit(":", 1)
     deadline = time.monotonic() + timeout
     while True:
@@ -79,8 +79,10 @@ def wait_port(address: str, proc: subprocess.Popen, timeout: float = 10.0) -> No
             socket.create_connection((host, int(port)), timeout=0.5).close()
             return
         except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"haproxy did not start on {address}") from None
+            exited = proc.poll() is not None
+            if exited or time.monotonic() > deadline:
+                said = proc.stdout.read().decode(errors="replace") if exited and proc.stdout else ""
+                raise RuntimeError(f"haproxy did not start on {address}" + (f": {said}" if said else "")) from None
             time.sleep(0.05)
 
 
