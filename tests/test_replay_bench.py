@@ -235,6 +235,9 @@ def test_bench_tiny(capsys):
     assert set(fixed["step_us"]) == {"100", "1000", "10000"} and all(v > 0 for v in fixed["step_us"].values())
     assert two["objects"] == 300 and two["alone_fps"] > 0 and two["scaling"] > 0
     assert "two 300-object worlds from two threads" in out
+    paced = res["extras"]["paced"]
+    assert paced["objects"] == 300 and paced["hz"] == 30 and paced["paced_ms"] > 0 and paced["back_to_back_ms"] > 0
+    assert "a 300-object world on every core(s), paced at 30 Hz" in out
     assert all(r["check"] == "ok" for r in res["rows"])
     x = res["extras"]
     for k in ("insert_ms", "still_empty_ms", "still_same_boxes_ms", "remove10_ms", "bytes_per_object",

@@ -4,7 +4,10 @@
   100, 1,000 and 10,000; per-step medians and the ratios of the small frames to the 10,000-object one
   (targets: 100 objects <= 20 us and <= 0.02x, 1,000 objects <= 60 us and <= 0.06x);
 - worlds on the cores: two worlds of the bench's largest size (100,000 objects by default) stepped at
-  once from two threads against one alone, in frames per second (target >= 1.7x on 2 cores).
+  once from two threads against one alone, in frames per second (target >= 1.7x on 2 cores);
+- paced frames: a world of the bench's largest size on every core, its frames back to back and paced at
+  30 Hz (the process idle between frames, as next to a game's tick), per-step medians: a frame after an
+  idle gap should cost what one back to back does (``sapcore.parallel``'s pinning; 1.7x without it).
 """
 from __future__ import annotations
 
@@ -19,13 +22,14 @@ SMALL_SIZES = (100, 1_000, 10_000)
 TARGETS = {100: (20.0, 0.02), 1_000: (60.0, 0.06)}
 
 
-def _moving_world(n: int, frames: int, seed: int):
-    """A threads=1 world of n boxes (5% coverage) and ``frames`` frames moving every box a little."""
+def _moving_world(n: int, frames: int, seed: int, threads: int | None = 1):
+    """A world of n boxes (5% coverage; ``threads``, None: every core) and ``frames`` frames moving every
+    box a little."""
     rng = np.random.default_rng(seed)
     side = float(np.sqrt(n / 0.05))
     bounds = (0.0, 0.0, side, side)
     world = sapcore.World(sapcore.WorldConfig(dims=2, bounds=bounds, cells=sapcore.auto_cells(2, bounds, n),
-                                              threads=1))
+                                              threads=threads))
     ids = np.arange(n, dtype=np.uint64)
     centre = rng.uniform(0, side, (n, 2)).astype(np.float32)
     half = np.float32(1.0)
@@ -76,7 +80,35 @@ def two_worlds(n: int = 100_000, frames: int = 30, seed: int = 1) -> dict:
     return dict(objects=n, alone_fps=alone[0], together_fps=sum(together), scaling=sum(together) / alone[0])
 
 
-def text(fc: dict, tw: dict) -> str:
+def paced(n: int = 100_000, hz: float = 30.0, frames: int = 40, rounds: int = 3, threads: int | None = None,
+          seed: int = 1) -> dict:
+    """Median step (ms) of a world of n objects (``threads``, None: every core) stepped back to back and
+    paced at ``hz`` frames a second, ``frames / rounds`` of each in turn (a change of the machine's load
+    falls on both alike)."""
+    world, ids, boxes = _moving_world(n, frames * 2 + 5, seed, threads)
+    for b in boxes[:5]:
+        world.step(update_ids=ids, update_boxes=b)
+    times: dict[str, list[float]] = {"back_to_back": [], "paced": []}
+    per = frames // rounds
+    k = 5
+    for _ in range(rounds):
+        for mode in times:
+            due = time.perf_counter()
+            for b in boxes[k:k + per]:
+                if mode == "paced":
+                    due += 1.0 / hz
+                t0 = time.perf_counter()
+                world.step(update_ids=ids, update_boxes=b)
+                times[mode].append(time.perf_counter() - t0)
+                if mode == "paced":
+                    time.sleep(max(0.0, due - time.perf_counter()))
+            k += per
+    out = {m: float(np.median(v)) * 1e3 for m, v in times.items()}
+    return dict(objects=n, hz=hz, threads=threads, back_to_back_ms=out["back_to_back"], paced_ms=out["paced"],
+                ratio=out["paced"] / out["back_to_back"])
+
+
+def text(fc: dict, tw: dict, pc: dict | None = None) -> str:
     lines = ["frames in process, threads=1 (every object moving):"]
     for n in SMALL_SIZES:
         us = fc["step_us"][str(n)]
@@ -91,4 +123,8 @@ def text(fc: dict, tw: dict) -> str:
     ok = "ok" if tw["scaling"] >= 1.7 else "MISSED"
     lines.append(f"- two {tw['objects']}-object worlds from two threads: {tw['together_fps']:.1f} frames/s "
                  f"against {tw['alone_fps']:.1f} for one alone = {tw['scaling']:.2f}x (target >= 1.7x): {ok}")
+    if pc is not None:
+        lines.append(f"- a {pc['objects']}-object world on {pc['threads'] or 'every'} core(s), paced at "
+                     f"{pc['hz']:g} Hz: {pc['paced_ms']:.2f} ms a step against {pc['back_to_back_ms']:.2f} ms back "
+                     f"to back = {pc['ratio']:.2f}x")
     return "\n".join(lines)
