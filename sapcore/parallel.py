@@ -12,12 +12,13 @@ the same loop body in a plain ``range`` loop, see ``_numba.NJIT_SERIAL``; ``seri
 with one thread, a parallel launch costs a few microseconds (numba's scheduler, the OpenMP region),
 most of a small frame's kernel time, and a twin never enters the threading layer.
 
-A launch with more than one thread (OpenMP layer, Linux) pins its team's workers: each to a core of its
-own that is not the one the calling thread is on at the launch (``_Pinned``; the calling thread itself is
-never pinned, so a server's threads still run anywhere). Without it, a frame that follows an idle gap (a
-game's 30 Hz tick) ran at the speed of one core: the kernel's scheduler woke the sleeping worker on the
-caller's core (where a mostly idle process has the least load), and the two halves of each kernel took
-turns there (crowd2d-100k paced at 30 Hz, 2 threads: 13.5 ms a frame against 7.4 ms back to back).
+A launch with more than one thread (OpenMP layer, Linux) pins its team (``_Pinned``): each worker to a
+core of its own that is not the one the calling thread is on, and the calling thread to that core until
+the launch ends (it gets its own cores back then, so a server's threads still run anywhere between
+launches). Without it, a frame that follows an idle gap (a game's 30 Hz tick) ran at the speed of one
+core: the kernel's scheduler woke the sleeping worker on the caller's core (where a mostly idle process
+has the least load), and the two halves of each kernel took turns there (crowd2d-100k paced at 30 Hz, 2
+threads: 12.7-13.9 ms a frame against 7-9 ms back to back; pinned: 8.0 ms).
 Pinning is left to OpenMP itself when ``OMP_PROC_BIND``, ``OMP_PLACES`` or ``GOMP_CPU_AFFINITY`` is set
 (``OMP_PROC_BIND=false`` turns both off), and skipped when the team has more threads than the cores the
 calling thread may use.
@@ -102,12 +103,13 @@ _PIN = (_getcpu is not None and hasattr(os, "sched_setaffinity")
 
 class _Pinned:
     """The context of one thread's launches with more than one thread: the process-wide lock, and for the
-    launch each worker of the calling thread's OpenMP team on a core of its own, not the calling thread's
-    (see the module docstring). One per thread: OpenMP keeps a pool of workers per thread that launches.
-    Its workers are found once, by a launch that reports their OS thread ids; at each launch, those whose
-    core is not the one they should have now (the calling thread moved) are pinned again. The calling
-    thread itself is never pinned. Pinning only speeds a launch up: an error on the way (a core taken away
-    meanwhile) turns it off for the thread, with a warning, and the launch goes on unpinned."""
+    launch the calling thread on the core it is on and each worker of its OpenMP team on a core of its own
+    among the others (see the module docstring); the calling thread gets its own cores back at the end.
+    One per thread: OpenMP keeps a pool of workers per thread that launches. Its workers are found once,
+    by a launch that reports their OS thread ids; at each launch, those whose core is not the one they
+    should have now (the calling thread moved) are pinned again. Pinning only speeds a launch up: an error
+    on the way (a core taken away meanwhile) turns it off for the thread, with a warning, and the launch
+    goes on unpinned."""
 
     def __init__(self):
         self.tids: list[int] = []      # the team's workers (OS thread ids)
@@ -122,11 +124,11 @@ class _Pinned:
                 self._pin()
         except Exception as e:  # noqa: BLE001 (never a reason for a frame to fail)
             self.ok = False
-            self._restore()
+            self._restore_quietly()
             warnings.warn(f"sapcore: threads of parallel kernels no longer pinned to cores on this thread: {e!r}",
                           RuntimeWarning, stacklevel=2)
         except BaseException:
-            self._restore()
+            self._restore_quietly()
             _LOCK.release()
             raise
         return self
@@ -158,11 +160,15 @@ class _Pinned:
             saved, self.saved = self.saved, None
             os.sched_setaffinity(0, saved)
 
-    def __exit__(self, *exc):
+    def _restore_quietly(self) -> None:
         try:
             self._restore()
         except OSError:
             self.ok = False
+
+    def __exit__(self, *exc):
+        try:
+            self._restore_quietly()
         finally:
             _LOCK.release()
         return False
