@@ -13,12 +13,13 @@ with one thread, a parallel launch costs a few microseconds (numba's scheduler, 
 most of a small frame's kernel time, and a twin never enters the threading layer.
 
 A launch with more than one thread (OpenMP layer, Linux) pins its team (``_Pinned``): each worker to a
-core of its own that is not the one the calling thread is on, and the calling thread to that core until
-the launch ends (it gets its own cores back then, so a server's threads still run anywhere between
-launches). Without it, a frame that follows an idle gap (a game's 30 Hz tick) ran at the speed of one
-core: the kernel's scheduler woke the sleeping worker on the caller's core (where a mostly idle process
-has the least load), and the two halves of each kernel took turns there (crowd2d-100k paced at 30 Hz, 2
-threads: 12.7-13.9 ms a frame against 7-9 ms back to back; pinned: 8.0 ms).
+core of its own that is not the one the calling thread is on (a physical core of its own first, then SMT
+siblings: ``workers_cores``), and the calling thread to that core until the launch ends (it gets its own
+cores back then, so a server's threads still run anywhere between launches). Without it, a frame that
+follows an idle gap (a game's 30 Hz tick) ran at the speed of one core: the kernel's scheduler woke the
+sleeping worker on the caller's core (where a mostly idle process has the least load), and the two halves
+of each kernel took turns there (crowd2d-100k paced at 30 Hz, 2 threads: 12.7-13.9 ms a frame against 7-9
+ms back to back; pinned: 8.0 ms).
 Pinning is left to OpenMP itself when ``OMP_PROC_BIND``, ``OMP_PLACES`` or ``GOMP_CPU_AFFINITY`` is set
 (``OMP_PROC_BIND=false`` turns both off), and skipped when the team has more threads than the cores the
 calling thread may use.
@@ -96,6 +97,46 @@ def _libc_getcpu():
 
 
 _getcpu = _libc_getcpu()
+
+
+def _physical_cores() -> dict:
+    """Each CPU's physical core, as the list of its SMT siblings (Linux's sysfs); {} where unknown."""
+    base = "/sys/devices/system/cpu"
+    out = {}
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return out
+    for name in names:
+        if name.startswith("cpu") and name[3:].isdigit():
+            try:
+                with open(f"{base}/{name}/topology/thread_siblings_list") as f:
+                    out[int(name[3:])] = f.read().strip()
+            except OSError:
+                continue
+    return out
+
+
+_CORE_OF = _physical_cores()
+
+
+def workers_cores(here: int, cpus, core_of: dict | None = None) -> list[int]:
+    """The CPUs for a team's workers when its calling thread runs on ``here``: every CPU of ``cpus`` but
+    ``here``, those on a physical core no earlier one shares (nor ``here``) first, in order, then the SMT
+    siblings (a worker beside the caller on one core would share its execution units)."""
+    core_of = _CORE_OF if core_of is None else core_of
+    used = {core_of.get(here, here)}
+    first, rest = [], []
+    for c in sorted(cpus):
+        if c == here:
+            continue
+        k = core_of.get(c, c)
+        if k in used:
+            rest.append(c)
+        else:
+            used.add(k)
+            first.append(c)
+    return first + rest
 #: does sapcore pin the workers of its launches (Linux, glibc, no binding of OpenMP's own asked for)?
 _PIN = (_getcpu is not None and hasattr(os, "sched_setaffinity")
         and not any(os.environ.get(k) for k in _OMP_BINDING))
@@ -104,7 +145,8 @@ _PIN = (_getcpu is not None and hasattr(os, "sched_setaffinity")
 class _Pinned:
     """The context of one thread's launches with more than one thread: the process-wide lock, and for the
     launch the calling thread on the core it is on and each worker of its OpenMP team on a core of its own
-    among the others (see the module docstring); the calling thread gets its own cores back at the end.
+    among the others, physical cores of their own first (``workers_cores``; see the module docstring);
+    the calling thread gets its own cores back at the end.
     One per thread: OpenMP keeps a pool of workers per thread that launches. Its workers are found once,
     by a launch that reports their OS thread ids; at each launch, those whose core is not the one they
     should have now (the calling thread moved) are pinned again. Pinning only speeds a launch up: an error
@@ -144,9 +186,9 @@ class _Pinned:
             self.tids, self.cores = workers, [-1] * len(workers)
         here = _getcpu()
         mine = os.sched_getaffinity(0)
-        others = [c for c in sorted(mine) if c != here]
-        if here not in mine or n - 1 > len(others):
+        if here not in mine or n > len(mine):
             return
+        others = workers_cores(here, mine)
         os.sched_setaffinity(0, (here,))
         self.saved = mine
         for k in range(n - 1):

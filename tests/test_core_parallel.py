@@ -13,7 +13,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
 
-pytestmark = pytest.mark.skipif(CORES < 2, reason="pinning needs at least two cores")
+needs_cores = pytest.mark.skipif(CORES < 2, reason="pinning needs at least two cores")
 
 
 def _run(code: str, **env) -> dict:
@@ -58,6 +58,7 @@ def _need_omp(r: dict) -> None:
         pytest.skip(f"numba's threading layer is {r['layer']} (pinning is for OpenMP's)")
 
 
+@needs_cores
 def test_a_launch_pins_its_worker_off_the_callers_core_and_gives_the_caller_its_cores_back():
     r = _run(_PROBE)
     _need_omp(r)
@@ -68,6 +69,7 @@ def test_a_launch_pins_its_worker_off_the_callers_core_and_gives_the_caller_its_
     assert r["after"] == r["before"]                     # and the caller gets its cores back
 
 
+@needs_cores
 def test_openmp_binding_asked_for_by_the_user_turns_sapcores_pinning_off():
     r = _run(_PROBE, OMP_PROC_BIND="false")
     _need_omp(r)
@@ -76,6 +78,7 @@ def test_openmp_binding_asked_for_by_the_user_turns_sapcores_pinning_off():
     assert len(r["worker"]) == len(r["before"])
 
 
+@needs_cores
 def test_an_error_while_pinning_turns_it_off_for_the_thread_and_the_launch_goes_on():
     r = _run("""
         import json, os, threading, warnings
@@ -113,6 +116,7 @@ def test_an_error_while_pinning_turns_it_off_for_the_thread_and_the_launch_goes_
     assert r["locked"] is False
 
 
+@needs_cores
 def test_big_frames_have_the_same_pairs_pinned_or_not():
     code = """
         import json, numpy as np, sapcore
@@ -129,7 +133,8 @@ def test_big_frames_have_the_same_pairs_pinned_or_not():
         for t in range(1, 8):
             p = c + v * t
             d = w.step(update_ids=ids, update_boxes=np.concatenate([p - h, p + h], 1))
-            digest.append([len(d.created), len(d.deleted), int(d.created.sum() % 1000003), int(d.deleted.sum() % 1000003)])
+            digest.append([len(d.created), len(d.deleted), int(d.created.sum() % 1000003),
+                           int(d.deleted.sum() % 1000003)])
         from sapcore import parallel
         print(json.dumps(dict(digest=digest, pairs=int(w.pair_count), pin=parallel._PIN)))
     """
@@ -137,3 +142,17 @@ def test_big_frames_have_the_same_pairs_pinned_or_not():
     plain = _run(code, OMP_PROC_BIND="false")
     assert pinned["pin"] is True and plain["pin"] is False
     assert pinned["digest"] == plain["digest"] and pinned["pairs"] == plain["pairs"]
+
+
+def test_workers_get_physical_cores_of_their_own_before_smt_siblings():
+    from sapcore.parallel import workers_cores
+    # siblings numbered apart (0/4, 1/5, ...): the caller on 0, workers on cores 1-3 first, then siblings
+    apart = {c: f"{c % 4},{c % 4 + 4}" for c in range(8)}
+    assert workers_cores(0, range(8), apart) == [1, 2, 3, 4, 5, 6, 7]
+    assert workers_cores(5, range(8), apart) == [0, 2, 3, 1, 4, 6, 7]
+    # siblings side by side (0/1, 2/3): the caller on 0, the first worker on 2, not on 0's sibling 1
+    side = {c: f"{c - c % 2}-{c - c % 2 + 1}" for c in range(4)}
+    assert workers_cores(0, range(4), side) == [2, 1, 3]
+    assert workers_cores(3, {0, 1, 2, 3}, side) == [0, 1, 2]
+    # no topology known: every other CPU in order
+    assert workers_cores(1, [0, 1, 2], {}) == [0, 2]
