@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import threading
 import warnings
@@ -99,8 +100,10 @@ def _libc_getcpu():
 _getcpu = _libc_getcpu()
 
 
+@functools.cache
 def _physical_cores() -> dict:
-    """Each CPU's physical core, as the list of its SMT siblings (Linux's sysfs); {} where unknown."""
+    """Each CPU's physical core, as the list of its SMT siblings (Linux's sysfs); {} where unknown. Read at
+    the first pinned launch, not at import."""
     base = "/sys/devices/system/cpu"
     out = {}
     try:
@@ -117,14 +120,11 @@ def _physical_cores() -> dict:
     return out
 
 
-_CORE_OF = _physical_cores()
-
-
 def workers_cores(here: int, cpus, core_of: dict | None = None) -> list[int]:
     """The CPUs for a team's workers when its calling thread runs on ``here``: every CPU of ``cpus`` but
     ``here``, those on a physical core no earlier one shares (nor ``here``) first, in order, then the SMT
     siblings (a worker beside the caller on one core would share its execution units)."""
-    core_of = _CORE_OF if core_of is None else core_of
+    core_of = _physical_cores() if core_of is None else core_of
     used = {core_of.get(here, here)}
     first, rest = [], []
     for c in sorted(cpus):
@@ -137,6 +137,15 @@ def workers_cores(here: int, cpus, core_of: dict | None = None) -> list[int]:
             used.add(k)
             first.append(c)
     return first + rest
+
+
+@functools.lru_cache(maxsize=256)
+def _workers_cores_of(here: int, cpus: frozenset) -> tuple:
+    """``workers_cores`` of a launch, remembered: it depends only on the caller's core and cores, which
+    rarely change from one launch to the next."""
+    return tuple(workers_cores(here, cpus))
+
+
 #: does sapcore pin the workers of its launches (Linux, glibc, no binding of OpenMP's own asked for)?
 _PIN = (_getcpu is not None and hasattr(os, "sched_setaffinity")
         and not any(os.environ.get(k) for k in _OMP_BINDING))
@@ -188,12 +197,11 @@ class _Pinned:
         mine = os.sched_getaffinity(0)
         if here not in mine or n > len(mine):
             return
-        others = workers_cores(here, mine)
+        others = _workers_cores_of(here, frozenset(mine))
         os.sched_setaffinity(0, (here,))
         self.saved = mine
         for k in range(n - 1):
             if self.cores[k] != others[k]:
-                self.cores[k] = -1
                 os.sched_setaffinity(self.tids[k], (others[k],))
                 self.cores[k] = others[k]
 

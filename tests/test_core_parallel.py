@@ -26,8 +26,9 @@ def _run(code: str, **env) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-_PROBE = """
-    import json, os, threading
+#: the start of a probe: ``launch()`` runs a 2-thread kernel and returns the OS ids of its two threads
+_LAUNCH = textwrap.dedent("""
+    import json, os, threading, warnings
     import numba, numpy as np
     from sapcore import parallel
     from sapcore.kernels.threads import team_tids
@@ -36,7 +37,9 @@ _PROBE = """
         tids = np.zeros(128, np.int64)
         team_tids(tids)
         return [int(t) for t in tids[:2]]
+""")
 
+_PROBE = _LAUNCH + textwrap.dedent("""
     before = sorted(os.sched_getaffinity(0))
     seen = {}
     for _ in range(3):
@@ -48,7 +51,7 @@ _PROBE = """
     after = sorted(os.sched_getaffinity(0))
     print(json.dumps(dict(layer=numba.threading_layer(), pin=parallel._PIN, before=before, after=after,
                           me=threading.get_native_id(), **seen)))
-"""
+""")
 
 
 def _need_omp(r: dict) -> None:
@@ -80,17 +83,7 @@ def test_openmp_binding_asked_for_by_the_user_turns_sapcores_pinning_off():
 
 @needs_cores
 def test_an_error_while_pinning_turns_it_off_for_the_thread_and_the_launch_goes_on():
-    r = _run("""
-        import json, os, threading, warnings
-        import numba, numpy as np
-        from sapcore import parallel
-        from sapcore.kernels.threads import team_tids
-
-        def launch():
-            tids = np.zeros(128, np.int64)
-            team_tids(tids)
-            return int(tids[1])
-
+    r = _run(_LAUNCH + textwrap.dedent("""
         real = os.sched_setaffinity
         def refuse(pid, cores):
             if pid != 0:
@@ -101,14 +94,14 @@ def test_an_error_while_pinning_turns_it_off_for_the_thread_and_the_launch_goes_
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             with parallel.region(2, 1 << 20, 1):
-                worker = launch()
+                launch()
                 inside = sorted(os.sched_getaffinity(0))
             with parallel.region(2, 1 << 20, 1):     # the lock was given back: a second launch runs
                 launch()
         print(json.dumps(dict(layer=numba.threading_layer(), before=before, inside=inside,
                               after=sorted(os.sched_getaffinity(0)), ok=parallel._SET.pinned.ok,
                               warned=[str(w.message) for w in caught], locked=parallel._LOCK.locked())))
-    """)
+    """))
     _need_omp(r)
     assert r["ok"] is False
     assert len(r["warned"]) == 1 and "no longer pinned" in r["warned"][0]

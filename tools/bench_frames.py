@@ -85,12 +85,13 @@ def paced(n: int = 100_000, hz: float = 30.0, frames: int = 40, rounds: int = 3,
     """Median step (ms) of a world of n objects (``threads``, None: every core) stepped back to back and
     paced at ``hz`` frames a second, ``frames / rounds`` of each in turn (a change of the machine's load
     falls on both alike)."""
-    world, ids, boxes = _moving_world(n, frames * 2 + 5, seed, threads)
-    for b in boxes[:5]:
+    warm = 5
+    world, ids, boxes = _moving_world(n, frames * 2 + warm, seed, threads)
+    for b in boxes[:warm]:
         world.step(update_ids=ids, update_boxes=b)
     times: dict[str, list[float]] = {"back_to_back": [], "paced": []}
     per = frames // rounds
-    k = 5
+    k = warm
     for _ in range(rounds):
         for mode in times:
             due = time.perf_counter()
