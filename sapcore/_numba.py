@@ -7,11 +7,18 @@ frame's one call, ``NJIT_HELD``). No kernel takes a callback, so every one of th
 """
 import os
 
-# Worker threads sleep between parallel regions instead of spinning: sapgrid runs next to a game server
-# and other worlds, and a spinning OpenMP worker that holds a core the game needs turns a 2 ms frame
-# into 30 ms (measured on the 2-core reference machine under load). Must be set before numba loads
-# its OpenMP layer; an explicit setting by the user wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Worker threads sleep between parallel regions instead of spinning for milliseconds (libgomp's default):
+# sapgrid runs next to a game server and other worlds, and a spinning OpenMP worker that holds a core the
+# game needs turns a 2 ms frame into 30 ms (measured on the 2-core reference machine under load). They
+# first wait a bounded GOMP_SPINCOUNT (10,000 spins: ~0.3 ms on that machine, ~0.1 ms on a fast one),
+# which covers the gaps between one frame's kernels: waking a sleeping worker costs 30-60 us on a VM,
+# two wakes a launch (worker, then caller), and a 100k-object frame launches 5-6 kernels. libgomp spins
+# not at all, whatever GOMP_SPINCOUNT says, while it runs more threads than there are cores (many worlds
+# stepping at once), with OMP_WAIT_POLICY=PASSIVE. Must be set before numba loads its OpenMP layer; a
+# wait policy or spin count set by the user wins (a user's OMP_WAIT_POLICY alone: libgomp's spin for it).
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 import hashlib  # noqa: E402
 import warnings  # noqa: E402

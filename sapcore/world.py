@@ -125,6 +125,7 @@ class World:
         if float(lim32) < self._coord_limit:
             lim32 = np.nextafter(lim32, np.float32(np.inf))
         self._coord_limit32 = lim32
+        self._coord_limit_bits = np.uint64(lim32.view(np.uint32))     # its bits (``kval.rows_check``)
         self.n_cells = nc = int(np.prod(C))
         self.frames = 0
         self.objects = ObjectStore(d)
@@ -207,7 +208,7 @@ class World:
         make = kframe.listed_state_py if numba.config.DISABLE_JIT else kframe.listed_state
         self._listed = make(
             ul.ids, ul.handles, ul.rows, self.dims, self._coord_limit32,
-            np.uint64(self._coord_limit32.view(np.uint32)), self._bmin, self._inv, self._C,
+            self._coord_limit_bits, self._bmin, self._inv, self._C,
             objects.box, objects.crange, objects.flag, objects.cat, objects.mask, objects.static, objects.id,
             objects.lastpos, sap.n, sap.base, sap.cap, *sap.arrays, self._scratch, self._kscratch, ps.base, ps.cap,
             ps.n, *ps.arrays, self._scratch_ev, SHARDS, wp.slots, wp.keys, wp.cnt, wp.cap, wp.n, self._cell_stamp,
@@ -301,9 +302,23 @@ class World:
         else:
             f.same = np.empty(f.nu, np.uint8)
         if f.nu and not r.still:
+            by_row = r.listed and self.update_list.rows is not None
             args = (f.upd_boxes, self.dims, self._coord_limit32, self.objects.box, f.upd_h, f.same, rows,
-                    r.row_of if rows.shape[0] else NO_ROW_OF, r.listed and self.update_list.rows is not None)
-            if parallel.serial(self._max_threads, f.nu):
+                    r.row_of if rows.shape[0] else NO_ROW_OF, by_row)
+            serial = parallel.serial(self._max_threads, f.nu)
+            if by_row and rows.shape[0] == f.nu:
+                # the same list as the last frame's: whole words compared and checked (``kval.rows_check``);
+                # the general check names the first bad box, if any
+                rargs = (f.upd_boxes, rows, f.same, self._coord_limit_bits, self.dims)
+                if serial:
+                    unchanged, ok = kval.rows_check_serial(*rargs)
+                else:
+                    with parallel.region(self._max_threads, f.nu):
+                        unchanged, ok = kval.rows_check(*rargs, self._max_threads)
+                row, code, axis = -1, 0, 0
+                if not ok:
+                    row, code, axis, unchanged = kval.boxes_check_serial(*args)
+            elif serial:
                 row, code, axis, unchanged = kval.boxes_check_serial(*args)
             else:
                 with parallel.region(self._max_threads, f.nu):
@@ -370,10 +385,12 @@ class World:
         newr = np.empty((f.upd_h.shape[0] + f.na, 6), np.int32)
         args = (self.dims, self._bmin, self._inv, self._C, objects.box, objects.crange, objects.flag, f.upd_h,
                 f.upd_boxes, f.add_h, f.add_boxes, newr, f.same, f.list_rows, f.row_mode, objects.lastpos)
-        if parallel.serial(self._max_threads, f.moving + f.na):
-            kgrid.grid_ranges_serial(*args)
-        else:
-            with parallel.region(self._max_threads, f.moving + f.na):
+        with parallel.region(self._max_threads, f.moving + f.na):
+            if f.row_mode == 1 and f.na == 0 and f.list_rows.shape[0] == f.upd_h.shape[0]:
+                kgrid.grid_ranges_listed(self.dims, self._bmin, self._inv, self._C, objects.box, objects.crange,
+                                         objects.flag, f.upd_h, f.upd_boxes, newr, f.same, f.list_rows,
+                                         self._max_threads)
+            else:
                 kgrid.grid_ranges(*args)
         # when most objects move, every occupied cell is touched: cheaper than touching cell by cell
         dense = 2 * (f.moving + f.nr) >= f.live
@@ -503,6 +520,13 @@ class World:
     def _merge(self, f) -> tuple[np.ndarray, np.ndarray]:
         """Phase 7: the cells' netted pairs into the world's pair counts; the delta's id pairs."""
         created, deleted = self.world_pairs.merge(f.ev_key, f.ev_off, f.out_n, self._max_threads, f.ev_total)
+        kc, kd = created.shape[0], deleted.shape[0]
+        if min(kc, kd) >= RADIX_SORT_MIN and not parallel.serial(self._max_threads, kc + kd, parallel.MIN_EVENTS):
+            # both large: their id rows are sorted side by side
+            out_c, out_d = np.empty((kc, 2), np.uint64), np.empty((kd, 2), np.uint64)
+            with parallel.region(self._max_threads, kc + kd, parallel.MIN_EVENTS):
+                if kmerge.id_pairs_both(created, deleted, self.objects.id, out_c, out_d):
+                    return out_c, out_d
         return self._keys_to_id_pairs(created), self._keys_to_id_pairs(deleted)
 
     def _finish(self, f) -> None:

@@ -28,6 +28,18 @@ def new_world(cfg: WorldConfig):
     return sapcore.World(cfg)
 
 
+def compile_one_call_frames() -> None:
+    """Run a few small listed frames, so that the one-call frame's kernels are compiled (or loaded) before a
+    test puts Python wrappers in their modules' places: a kernel compiled while a kernel it calls is wrapped
+    cannot type that call (with the kernel cache cold, the order of the tests would decide)."""
+    w = sapcore.World(WorldConfig(dims=2, bounds=(0.0, 0.0, 10.0, 10.0), cells=(2, 2), threads=1))
+    ids = np.arange(8, dtype=np.uint64)
+    boxes = np.concatenate([ids[:, None] * 1.0 + np.zeros((8, 2)), ids[:, None] * 1.0 + 1.5 + np.zeros((8, 2))], 1)
+    w.step(add_ids=ids, add_boxes=boxes.astype(np.float32))
+    for k in range(3):
+        w.step(update_ids=ids, update_boxes=(boxes + 0.1 * (k + 1)).astype(np.float32))
+
+
 def check_pair_array(arr, name: str) -> set:
     """Check that ``arr`` is a uint64 [K, 2] array of sorted unique (low < high) rows; return it as a set."""
     assert isinstance(arr, np.ndarray), f"{name}: not an ndarray ({type(arr)})"

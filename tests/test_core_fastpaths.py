@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core_harness import Twin
+from core_harness import Twin, compile_one_call_frames
 from sapcore import FrameError, WorldConfig
 
 N = 1500   # above the size where the parallel paths switch on
@@ -419,6 +419,7 @@ def test_serial_frame_falls_back_to_the_general_phases_where_it_must(monkeypatch
     from sapcore import world as world_mod
     from sapcore.kernels import frame as kframe
 
+    compile_one_call_frames()
     seen = {kframe.PAIRS_OVERFLOW: 0, kframe.PAIRS_NET: 0, kframe.PAIRS_MERGE: 0, kframe.PAIRS_DONE: 0}
     listed = {}      # frame_listed's statuses: the same four, and where it stops before them
 
@@ -482,6 +483,7 @@ def test_a_one_call_frame_names_a_bad_box_as_the_general_check_does(dims, monkey
         return call
 
     # (300 objects: a small frame, whose one call is the twin that keeps the GIL)
+    compile_one_call_frames()
     monkeypatch.setattr(world_mod.kframe, "frame_listed_held", counted(kframe.frame_listed_held))
     rng = np.random.default_rng(11)
     bounds = (0.0,) * dims + (50.0,) * dims

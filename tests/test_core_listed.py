@@ -1,13 +1,16 @@
-"""The one-call frame's own variants of general kernels (``kernels/frame.py``) against those kernels or a
-numpy reference: the box check against the list's rows from the bits (``_rows_check``), the grid ranges
-of a listed frame (``_ranges_listed``) and the merge into the world's pair table with the delta's sorted
-id pairs (``_merge_ids``)."""
+"""The listed frame's own variants of general kernels against those kernels or a numpy reference: the box
+check against the list's rows from the bits (``kernels.validate._rows_check``), the grid ranges of a listed
+frame (``kernels.grid._ranges_listed``; both also run in parts side by side for a big frame, see
+test_core_big_frames.py) and the one-call frame's merge into the world's pair table with the delta's
+sorted id pairs (``kernels.frame._merge_ids``)."""
 import numpy as np
 import pytest
 
+from core_harness import compile_one_call_frames
 from sapcore.kernels import frame as kframe
 from sapcore.kernels import grid as kgrid
 from sapcore.kernels import merge as kmerge
+from sapcore.kernels import validate as kval
 from sapcore.kernels.hashing import EVENT_REMOVED
 from sapcore.world_pairs import SHARDS
 
@@ -45,7 +48,7 @@ def test_rows_check_from_the_bits_equals_the_float_rules(dims):
                 b[7] = np.where(rng.random(2 * dims) < 0.5, np.float32(-0.0), np.float32(0.0))
                 b[row, col] = v
                 same = np.full(n, 9, np.uint8)
-                unchanged, ok = kframe._rows_check(b.reshape(-1).view(np.uint64), rows.reshape(-1).view(np.uint64),
+                unchanged, ok = kval._rows_check(b.reshape(-1).view(np.uint64), rows.reshape(-1).view(np.uint64),
                                                    b, same, n, np.uint64(lim.view(np.uint32)), dims)
                 eq = (b == rows).all(1)
                 valid = (np.isfinite(b).all() and (np.abs(b) <= lim).all()
@@ -90,7 +93,7 @@ def test_ranges_listed_equals_grid_ranges_serial(dims):
         kgrid.grid_ranges_serial(dims, bmin, inv, C, ref[0], ref[1], ref[2], upd_h, upd, upd_h[:0], upd[:0], ref[3],
                                  ref[4], ref[5], 1, np.zeros(n_obj, np.int32))
         got = [boxes.copy(), crange.copy(), flag.copy(), np.zeros((n, 6), np.int32), same0.copy(), rows.copy()]
-        kframe._ranges_listed(dims, bmin, inv, C, got[0], got[1], got[2], upd_h, upd, got[3], got[4], got[5])
+        kgrid._ranges_listed(dims, bmin, inv, C, got[0], got[1], got[2], upd_h, upd, got[3], got[4], got[5])
         moved = same0 != 2
         assert (got[0] == ref[0]).all() and (got[2] == ref[2]).all() and (got[4] == ref[4]).all()
         assert (got[3][moved] == ref[3][moved]).all()
@@ -172,6 +175,7 @@ def test_a_small_one_call_frame_keeps_the_gil_and_a_larger_one_releases_it(monke
     if not numba.config.DISABLE_JIT:        # (as plain Python, both are functions without options)
         assert kframe.frame_listed.targetoptions["nogil"] is True
         assert kframe.frame_listed_held.targetoptions.get("nogil", False) is False
+    compile_one_call_frames()
     calls = []
     for name in ("frame_listed", "frame_listed_held"):
         kernel = getattr(kframe, name)

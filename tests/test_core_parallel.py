@@ -149,3 +149,21 @@ def test_workers_get_physical_cores_of_their_own_before_smt_siblings():
     assert workers_cores(3, {0, 1, 2, 3}, side) == [0, 1, 2]
     # no topology known: every other CPU in order
     assert workers_cores(1, [0, 1, 2], {}) == [0, 2]
+
+
+def test_workers_wait_a_bounded_spin_then_sleep_unless_the_user_says_otherwise():
+    """sapcore sets OpenMP's wait before numba loads it: passive, after a spin of 10,000 (the gaps between
+    one frame's kernels); a wait policy or a spin count the user set is left as it is."""
+    probe = "import json, os, sapcore; print(json.dumps({k: os.environ.get(k) for k in " \
+            "('OMP_WAIT_POLICY', 'GOMP_SPINCOUNT')}))"
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+
+    def run(**env):
+        out = subprocess.run([sys.executable, "-c", probe], env=dict(clean, PYTHONPATH=ROOT, **env),
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert run() == {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "10000"}
+    assert run(GOMP_SPINCOUNT="0") == {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "0"}
+    assert run(OMP_WAIT_POLICY="ACTIVE") == {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": None}

@@ -25,11 +25,11 @@ from numba.experimental import structref
 
 from .._numba import NJIT, NJIT_HELD, NJIT_INLINE, njit
 from .arena import frame_room
-from .grid import _CLAMP, FLAG_MOVED, FLAG_MOVED_CELLS, grid_rasterize, grid_ranges_serial
+from .grid import _ranges_listed, grid_rasterize, grid_ranges_serial
 from .hashing import EVENT_REMOVED, KEY_MASK
 from .merge import cells_net_serial, keys_to_ids, merge_events, world_shard
 from .sap_cell import cells_apply_serial
-from .validate import boxes_check_serial
+from .validate import _rows_check, boxes_check_serial
 
 #: ``frame_pairs`` statuses: what is left to the caller
 PAIRS_DONE = 0          # every phase done, the delta's id pairs returned
@@ -43,12 +43,6 @@ LISTED_STILL = 12       # every box unchanged: nothing done (the frame is counte
 LISTED_ROOM = 13        # phases 2-3's kernels done (frame counted); the caller makes room and goes on
 _S32 = np.uint64(32)
 _LO32 = np.uint64(0xFFFFFFFF)
-_ABS2 = np.uint64(0x7FFFFFFF7FFFFFFF)    # two float32s' bits without their signs
-_LO31 = np.uint64(0x7FFFFFFF)               # the low float32's, the high one's
-_HI31 = np.uint64(0x7FFFFFFF00000000)
-_S31 = np.uint64(31)
-_S63 = np.uint64(63)
-_ONE = np.uint64(1)
 _SMALL_SORT = 16        # _ids_sorted sorts up to this many pairs by insertion
 
 
@@ -248,72 +242,6 @@ def _same_ids(ids, last_ids):
     for i in range(ids.shape[0]):
         d |= ids[i] ^ np.uint64(last_ids[i])
     return d == 0
-
-
-@njit(**NJIT_INLINE)
-def _rows_check(bu, ru, b, same, n, limit_bits, dims):
-    """``boxes_check`` of a frame of the list's rows, in three passes without branches (``dims`` a
-    constant): ``same[i] = 2`` for a row equal to the list's (as floats, from the bits: ``bu`` / ``ru``
-    the frame's boxes and the rows as uint64, ``dims`` words a row; -0.0 equals +0.0), else 0; returns
-    (unchanged rows, every box valid). A box equal to its row was valid when stored; any other is
-    checked with the same rules (no NaN or infinity, ``|value| <= limit``, min <= max), here on every
-    row. ``|value| <= limit`` is read from the bits: ``bits & 0x7FFFFFFF`` orders non-negative floats as
-    their values, NaN and infinities above every finite one (``limit_bits``: the float32 limit's bits).
-    Integer passes over whole words: ~3x faster than float passes by row."""
-    unchanged = 0
-    for i in range(n):
-        mag = np.uint64(0)      # bits that differ, signs aside
-        zs = np.uint64(0)       # the magnitudes of the values whose signs differ (0 for -0.0 against +0.0)
-        for k in range(dims):
-            x = bu[dims * i + k]
-            d = x ^ ru[dims * i + k]
-            mag |= d & _ABS2
-            zs |= x & ((((d >> _S31) & _ONE) * _LO31) | (((d >> _S63) & _ONE) * _HI31))
-        e = np.int64((mag | zs) == 0)
-        same[i] = np.uint8(e + e)
-        unchanged += e
-    worst = np.uint64(0)
-    for j in range(dims * n):
-        x = bu[j] & _ABS2
-        worst = max(worst, max(x & _LO32, x >> _S32))
-    bad = 0
-    for i in range(n):
-        for a in range(dims):
-            bad += np.int64(b[i, a] > b[i, dims + a])
-    return unchanged, worst <= limit_bits and bad == 0
-
-
-@njit(**NJIT_INLINE)
-def _ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows):
-    """``grid_ranges_serial`` of a frame of the list's updates alone (``dims`` a constant; no adds, the
-    list unchanged), which also writes the moved rows' boxes into ``rows``: the same cell ranges,
-    ``same``, flags and boxes, ~30% faster (no prefetch: a small frame's rows are at hand; the axes of the
-    world only)."""
-    for i in range(upd_h.shape[0]):
-        if same[i] == 2:        # the update keeps its box
-            continue
-        h = upd_h[i]
-        eq = True
-        for a in range(dims):
-            c = C[a]
-            lo = np.int64(np.floor(min(max((np.float64(upd_boxes[i, a]) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)))
-            hi = np.int64(np.floor(min(max((np.float64(upd_boxes[i, dims + a]) - bmin[a]) * inv[a], -_CLAMP),
-                                       _CLAMP)))
-            span = min(hi - lo, c - 1)
-            if lo < 0 or lo >= c:       # outside the bounds: wrap
-                lo = lo % c
-            newr[i, a] = lo
-            newr[i, 3 + a] = span
-            eq &= (crange[h, a] == lo) & (crange[h, 3 + a] == span)
-        for a in range(dims, 3):
-            newr[i, a] = 0
-            newr[i, 3 + a] = 0
-            eq &= (crange[h, a] == 0) & (crange[h, 3 + a] == 0)
-        same[i] = 1 if eq else 0
-        flag[h] = FLAG_MOVED if eq else FLAG_MOVED_CELLS
-        for a in range(2 * dims):
-            boxes[h, a] = upd_boxes[i, a]
-            rows[i, a] = upd_boxes[i, a]
 
 
 #: The arrays and constants ``frame_listed`` reads besides the frame's, in this order (``World``'s, kept

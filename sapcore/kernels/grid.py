@@ -151,6 +151,56 @@ def grid_ranges_serial(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes
                    lastpos, fill)
 
 
+@njit(**NJIT_INLINE)
+def _ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows):
+    """``grid_ranges_serial`` of a frame of the list's updates alone (``dims`` a constant; no adds, the
+    list unchanged), which also writes the moved rows' boxes into ``rows``: the same cell ranges,
+    ``same``, flags and boxes, ~20-30% faster (the axes of the world only; no prefetch, which measured
+    slower here even for a 100k-object frame's scattered rows)."""
+    for i in range(upd_h.shape[0]):
+        if same[i] == 2:        # the update keeps its box
+            continue
+        h = upd_h[i]
+        eq = True
+        for a in range(dims):
+            c = C[a]
+            lo = np.int64(np.floor(min(max((np.float64(upd_boxes[i, a]) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)))
+            hi = np.int64(np.floor(min(max((np.float64(upd_boxes[i, dims + a]) - bmin[a]) * inv[a], -_CLAMP),
+                                       _CLAMP)))
+            span = min(hi - lo, c - 1)
+            if lo < 0 or lo >= c:       # outside the bounds: wrap
+                lo = lo % c
+            newr[i, a] = lo
+            newr[i, 3 + a] = span
+            eq &= (crange[h, a] == lo) & (crange[h, 3 + a] == span)
+        for a in range(dims, 3):
+            newr[i, a] = 0
+            newr[i, 3 + a] = 0
+            eq &= (crange[h, a] == 0) & (crange[h, 3 + a] == 0)
+        same[i] = 1 if eq else 0
+        flag[h] = FLAG_MOVED if eq else FLAG_MOVED_CELLS
+        for a in range(2 * dims):
+            boxes[h, a] = upd_boxes[i, a]
+            rows[i, a] = upd_boxes[i, a]
+
+
+@njit(**NJIT_PARALLEL)
+def grid_ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, parts):
+    """``grid_ranges`` of a frame of the list's updates alone (``row_mode`` 1 with a row of ``rows`` per
+    update, no adds), by ``_ranges_listed`` in ``parts`` parts of consecutive updates (one a thread): the
+    same results."""
+    n = upd_h.shape[0]
+    for p in prange(parts):
+        lo = n * p // parts
+        hi = n * (p + 1) // parts
+        if dims == 2:
+            _ranges_listed(2, bmin, inv, C, boxes, crange, flag, upd_h[lo:hi], upd_boxes[lo:hi], newr[lo:hi],
+                           same[lo:hi], rows[lo:hi])
+        else:
+            _ranges_listed(3, bmin, inv, C, boxes, crange, flag, upd_h[lo:hi], upd_boxes[lo:hi], newr[lo:hi],
+                           same[lo:hi], rows[lo:hi])
+
+
 @njit(**NJIT)
 def spatial_order(dims, bmin, inv, C, boxes, handles, crange, fresh):
     """Reorder ``handles`` (int32 [K], one per row of ``boxes``) in place so that they ascend in the

@@ -349,6 +349,23 @@ def id_pairs_sorted(lo, hi, out):
         out[i, 1] = packed[i] & top
 
 
+@njit(**NJIT_PARALLEL)
+def id_pairs_both(created, deleted, obj_id, out_cr, out_de):
+    """A large delta's created and deleted keys as sorted id rows (``keys_to_ids``, then ``id_pairs_sorted``)
+    in ``out_cr`` / ``out_de`` (uint64 [K, 2], K their lengths), the two side by side. Returns whether
+    every id fits in 32 bits; if not, nothing is sorted (the caller sorts the long way)."""
+    ok = np.ones(2, np.bool_)
+    for w in prange(2):
+        keys = created if w == 0 else deleted
+        out = out_cr if w == 0 else out_de
+        lo = np.empty(keys.shape[0], np.uint64)
+        hi = np.empty(keys.shape[0], np.uint64)
+        ok[w] = keys_to_ids(keys, obj_id, lo, hi)
+        if ok[w]:
+            id_pairs_sorted(lo, hi, out)
+    return ok[0] and ok[1]
+
+
 @njit(**NJIT)
 def gather_runs(src, off, counts):
     """Concatenate the runs ``src[off[s]:off[s] + counts[s]]``."""

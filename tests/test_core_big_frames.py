@@ -1,0 +1,168 @@
+"""Frames big enough for the parallel phases (at least ``parallel.MIN_OPS`` updates, two threads), of the
+last frame's list in its order, the commonest big frame: the boxes checked against the list's rows by
+whole words in parts side by side (``kernels.validate.rows_check``), their cell ranges by
+``kernels.grid.grid_ranges_listed``, and a delta with many created and deleted pairs sorted side by side
+(``kernels.merge.id_pairs_both``). Every frame's delta is checked against an exact sweep of the boxes
+(numpy: sorted on axis 0, each box against the boxes that start inside it), and each of those kernels
+is seen to run."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sapcore
+from sapcore import FrameError, WorldConfig, parallel
+from sapcore.invariants import check_world
+from sapcore.kernels import grid as kgrid
+from sapcore.kernels import merge as kmerge
+from sapcore.kernels import validate as kval
+from sapcore.world import RADIX_SORT_MIN
+
+N = 40_000
+assert N >= parallel.MIN_OPS
+
+
+def sweep_pairs(ids: np.ndarray, boxes: np.ndarray, dims: int) -> set:
+    """Every overlapping pair (inclusive bounds) as (low id, high id), exactly: boxes sorted by their min on
+    axis 0, each tested on every axis against the boxes whose min lies within its extent there."""
+    order = np.argsort(boxes[:, 0], kind="stable")
+    b, i_ = boxes[order], ids[order]
+    n = len(b)
+    end = np.searchsorted(b[:, 0], b[:, dims], side="right")
+    counts = end - np.arange(n) - 1
+    src = np.repeat(np.arange(n), counts)
+    dst = src + 1 + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
+    ok = np.ones(len(src), bool)
+    for a in range(dims):
+        ok &= (b[src, a] <= b[dst, dims + a]) & (b[dst, a] <= b[src, dims + a])
+    lo = np.minimum(i_[src[ok]], i_[dst[ok]])
+    hi = np.maximum(i_[src[ok]], i_[dst[ok]])
+    return set(zip(lo.tolist(), hi.tolist()))
+
+
+def _as_set(rows: np.ndarray) -> set:
+    assert rows.dtype == np.uint64 and rows.ndim == 2 and rows.shape[1] == 2
+    packed = rows[:, 0].astype(object) * (1 << 64) + rows[:, 1].astype(object)
+    assert (np.diff(packed) > 0).all() if len(packed) > 1 else True, "rows not sorted and unique"
+    return set(zip(rows[:, 0].tolist(), rows[:, 1].tolist()))
+
+
+def _counted(monkeypatch, module, name: str, calls: dict) -> None:
+    real = getattr(module, name)
+
+    def call(*args):
+        out = real(*args)
+        calls.setdefault(name, []).append(out)
+        return out
+    monkeypatch.setattr(module, name, call)
+
+
+class _Scene:
+    """N boxes of side 2 at 20% coverage; each frame moves every box by a random step of about half a side
+    (or more), so that thousands of pairs start and end in every frame."""
+
+    def __init__(self, dims: int, ids: np.ndarray, seed: int = 5):
+        self.dims = dims
+        self.rng = np.random.default_rng(seed)
+        self.side = float((N * 2.0 ** dims / 0.2) ** (1 / dims))
+        self.ids = ids
+        self.centre = self.rng.uniform(0, self.side, (N, dims))
+        bounds = (0.0,) * dims + (self.side,) * dims
+        self.cfg = dict(dims=dims, bounds=bounds, cells=sapcore.auto_cells(dims, bounds, N))
+
+    def boxes(self) -> np.ndarray:
+        return np.concatenate([self.centre - 1.0, self.centre + 1.0], 1).astype(np.float32)
+
+    def move(self) -> np.ndarray:
+        self.centre = self.centre + self.rng.normal(0, 1.0, self.centre.shape)
+        return self.boxes()
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_big_listed_frames_match_an_exact_sweep(dims, monkeypatch):
+    calls: dict = {}
+    _counted(monkeypatch, kval, "rows_check", calls)
+    _counted(monkeypatch, kgrid, "grid_ranges_listed", calls)
+    _counted(monkeypatch, kmerge, "id_pairs_both", calls)
+    scene = _Scene(dims, np.arange(N, dtype=np.uint64) * 7 + 3)
+    world = sapcore.World(WorldConfig(threads=2, **scene.cfg))
+    boxes = scene.boxes()
+    world.step(add_ids=scene.ids, add_boxes=boxes)
+    before = sweep_pairs(scene.ids, boxes, dims)
+    assert _as_set(world.pairs()) == before
+    still = np.union1d(np.arange(0, N, 50), [N // 2 - 1, N // 2, N - 1])
+    for k in range(4):
+        boxes = scene.move()
+        if k == 2:      # some boxes as stored (unchanged), among them the rows on either side of the parts' border
+            boxes[still] = world.boxes(scene.ids[still])
+        d = world.step(update_ids=scene.ids, update_boxes=boxes)
+        after = sweep_pairs(scene.ids, boxes, dims)
+        assert _as_set(d.created) == after - before and _as_set(d.deleted) == before - after, k
+        assert world.pair_count == len(after)
+        kc, kd = len(d.created), len(d.deleted)          # both large enough to be sorted side by side
+        assert min(kc, kd) >= RADIX_SORT_MIN and kc + kd >= parallel.MIN_EVENTS, (kc, kd)
+        before = after
+    check_world(world)
+    # the list repeats from the second update frame on (the first one makes it)
+    assert len(calls.get("rows_check", [])) == 3 and len(calls.get("grid_ranges_listed", [])) == 3, calls.keys()
+    assert [int(u) for u, _ in calls["rows_check"]] == [0, len(still), 0]
+    assert len(calls.get("id_pairs_both", [])) >= 3 and all(calls["id_pairs_both"])
+
+
+def test_a_big_listed_frame_names_a_bad_box_and_changes_nothing(monkeypatch):
+    """Every kind of bad box, in the first and the last row and on either side of the border of the two
+    threads' parts: the general check's field, index and reason; the world as it was (its pairs, and the
+    next frame's delta against the sweep)."""
+    calls: dict = {}
+    _counted(monkeypatch, kval, "rows_check", calls)
+    dims = 2
+    scene = _Scene(dims, np.arange(N, dtype=np.uint64) + 1, seed=6)
+    world = sapcore.World(WorldConfig(threads=2, coord_limit=1e6, **scene.cfg))
+    world.step(add_ids=scene.ids, add_boxes=scene.boxes())
+    for _ in range(2):
+        boxes = scene.move()
+        world.step(update_ids=scene.ids, update_boxes=boxes)
+    pairs = world.pairs()
+    kinds = {"NaN coordinate on axis": np.nan, "infinite coordinate on axis": np.inf,
+             "exceeds the supported range": -2e6, "min > max on axis": None}
+    for reason, value in kinds.items():
+        for row in (0, N // 2 - 1, N // 2, N - 1):
+            bad = boxes + np.float32(0.25)
+            axis = row % dims
+            if value is None:
+                bad[row, axis] = bad[row, dims + axis] + 1
+            else:
+                bad[row, axis] = value
+            seen = len(calls.get("rows_check", []))
+            with pytest.raises(FrameError) as e:
+                world.step(update_ids=scene.ids, update_boxes=bad)
+            assert len(calls["rows_check"]) == seen + 1 and not calls["rows_check"][-1][1]
+            assert (e.value.field, e.value.index) == ("update_boxes", row), (reason, row)
+            assert reason in str(e.value) and f"axis {axis}" in str(e.value), str(e.value)
+            assert np.array_equal(world.pairs(), pairs)
+    check_world(world)
+    before = _as_set(pairs)
+    boxes = scene.move()
+    d = world.step(update_ids=scene.ids, update_boxes=boxes)
+    after = sweep_pairs(scene.ids, boxes, dims)
+    assert _as_set(d.created) == after - before and _as_set(d.deleted) == before - after
+
+
+def test_big_deltas_of_ids_beyond_32_bits(monkeypatch):
+    """Ids that do not fit in 32 bits: the side-by-side sort declines and the delta is sorted the long way,
+    the same rows."""
+    calls: dict = {}
+    _counted(monkeypatch, kmerge, "id_pairs_both", calls)
+    dims = 2
+    scene = _Scene(dims, (np.uint64(1) << np.uint64(40)) + np.arange(N, dtype=np.uint64) * 3, seed=7)
+    world = sapcore.World(WorldConfig(threads=2, **scene.cfg))
+    boxes = scene.boxes()
+    world.step(add_ids=scene.ids, add_boxes=boxes)
+    before = sweep_pairs(scene.ids, boxes, dims)
+    for _ in range(3):
+        boxes = scene.move()
+        d = world.step(update_ids=scene.ids, update_boxes=boxes)
+        after = sweep_pairs(scene.ids, boxes, dims)
+        assert _as_set(d.created) == after - before and _as_set(d.deleted) == before - after
+        before = after
+    assert calls.get("id_pairs_both") and not any(calls["id_pairs_both"])
