@@ -59,8 +59,9 @@ def test_rows_check_from_the_bits_equals_the_float_rules(dims):
     assert cases == 4 * 2 * dims * (len(specials) + 1)
 
 
+@pytest.mark.parametrize("prefetch", [False, True])
 @pytest.mark.parametrize("dims", [2, 3])
-def test_ranges_listed_equals_grid_ranges_serial(dims):
+def test_ranges_listed_equals_grid_ranges_serial(dims, prefetch):
     """Cell ranges, ``same``, flags and boxes as ``grid_ranges_serial`` writes them (row mode 1: the same
     list), boxes inside, outside (wrapped) and wider than the bounds, some rows unchanged; the moved rows'
     boxes written into the rows."""
@@ -93,7 +94,8 @@ def test_ranges_listed_equals_grid_ranges_serial(dims):
         kgrid.grid_ranges_serial(dims, bmin, inv, C, ref[0], ref[1], ref[2], upd_h, upd, upd_h[:0], upd[:0], ref[3],
                                  ref[4], ref[5], 1, np.zeros(n_obj, np.int32))
         got = [boxes.copy(), crange.copy(), flag.copy(), np.zeros((n, 6), np.int32), same0.copy(), rows.copy()]
-        kgrid._ranges_listed(dims, bmin, inv, C, got[0], got[1], got[2], upd_h, upd, got[3], got[4], got[5])
+        kgrid._ranges_listed(dims, bmin, inv, C, got[0], got[1], got[2], upd_h, upd, got[3], got[4], got[5],
+                             prefetch)
         moved = same0 != 2
         assert (got[0] == ref[0]).all() and (got[2] == ref[2]).all() and (got[4] == ref[4]).all()
         assert (got[3][moved] == ref[3][moved]).all()
