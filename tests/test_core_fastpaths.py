@@ -10,7 +10,7 @@ import pytest
 from core_harness import Twin, compile_one_call_frames
 from sapcore import FrameError, WorldConfig
 
-N = 1500   # above the size where the parallel paths switch on
+N = 1500   # the parallel big-frame paths (parallel.MIN_OPS updates and more): test_core_big_frames.py
 
 
 def _boxes(rng, n, side=60.0):
