@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import sapcore
+from core_harness import check_pair_array
 from sapcore import FrameError, WorldConfig, parallel
 from sapcore.invariants import check_world
 from sapcore.kernels import grid as kgrid
@@ -40,11 +41,9 @@ def sweep_pairs(ids: np.ndarray, boxes: np.ndarray, dims: int) -> set:
     return set(zip(lo.tolist(), hi.tolist()))
 
 
-def _as_set(rows: np.ndarray) -> set:
-    assert rows.dtype == np.uint64 and rows.ndim == 2 and rows.shape[1] == 2
-    packed = rows[:, 0].astype(object) * (1 << 64) + rows[:, 1].astype(object)
-    assert (np.diff(packed) > 0).all() if len(packed) > 1 else True, "rows not sorted and unique"
-    return set(zip(rows[:, 0].tolist(), rows[:, 1].tolist()))
+def _delta(d) -> tuple[set, set]:
+    """A delta's created and deleted rows as sets (checked: uint64 [K, 2], low < high, sorted, unique)."""
+    return check_pair_array(d.created, "created"), check_pair_array(d.deleted, "deleted")
 
 
 def _counted(monkeypatch, module, name: str, calls: dict) -> None:
@@ -89,7 +88,7 @@ def test_big_listed_frames_match_an_exact_sweep(dims, monkeypatch):
     boxes = scene.boxes()
     world.step(add_ids=scene.ids, add_boxes=boxes)
     before = sweep_pairs(scene.ids, boxes, dims)
-    assert _as_set(world.pairs()) == before
+    assert check_pair_array(world.pairs(), "world.pairs()") == before
     still = np.union1d(np.arange(0, N, 50), [N // 2 - 1, N // 2, N - 1])
     for k in range(4):
         boxes = scene.move()
@@ -97,7 +96,7 @@ def test_big_listed_frames_match_an_exact_sweep(dims, monkeypatch):
             boxes[still] = world.boxes(scene.ids[still])
         d = world.step(update_ids=scene.ids, update_boxes=boxes)
         after = sweep_pairs(scene.ids, boxes, dims)
-        assert _as_set(d.created) == after - before and _as_set(d.deleted) == before - after, k
+        assert _delta(d) == (after - before, before - after), k
         assert world.pair_count == len(after)
         kc, kd = len(d.created), len(d.deleted)          # both large enough to be sorted side by side
         assert min(kc, kd) >= RADIX_SORT_MIN and kc + kd >= parallel.MIN_EVENTS, (kc, kd)
@@ -141,11 +140,11 @@ def test_a_big_listed_frame_names_a_bad_box_and_changes_nothing(monkeypatch):
             assert reason in str(e.value) and f"axis {axis}" in str(e.value), str(e.value)
             assert np.array_equal(world.pairs(), pairs)
     check_world(world)
-    before = _as_set(pairs)
+    before = check_pair_array(pairs, "pairs")
     boxes = scene.move()
     d = world.step(update_ids=scene.ids, update_boxes=boxes)
     after = sweep_pairs(scene.ids, boxes, dims)
-    assert _as_set(d.created) == after - before and _as_set(d.deleted) == before - after
+    assert _delta(d) == (after - before, before - after)
 
 
 def test_big_deltas_of_ids_beyond_32_bits(monkeypatch):
@@ -163,6 +162,6 @@ def test_big_deltas_of_ids_beyond_32_bits(monkeypatch):
         boxes = scene.move()
         d = world.step(update_ids=scene.ids, update_boxes=boxes)
         after = sweep_pairs(scene.ids, boxes, dims)
-        assert _as_set(d.created) == after - before and _as_set(d.deleted) == before - after
+        assert _delta(d) == (after - before, before - after)
         before = after
     assert calls.get("id_pairs_both") and not any(calls["id_pairs_both"])
