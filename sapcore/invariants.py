@@ -7,6 +7,7 @@ pair counts against the cells' pair sets.
 import numpy as np
 
 from .kernels import arena as karena
+from .kernels import grid as kgrid
 from .kernels import merge as kmerge
 
 
@@ -15,6 +16,23 @@ def _decode(enc):
     enc = enc.astype(np.uint32)
     bits = np.where(enc & np.uint32(0x80000000), enc & np.uint32(0x7FFFFFFF), ~enc)
     return bits.astype(np.uint32).view(np.float32)
+
+
+def _check_cell_ranges(world) -> None:
+    """Every live object's cell range is its box's (``kernels.grid._cell_span`` on each axis): the
+    big listed frame's ranges pass reads an object's old range from its old box."""
+    C, o, d = world._C, world.objects, world.dims
+    live = np.flatnonzero(o.alive[:o.next_handle])
+    box = o.box[live].astype(np.float64)
+    want = np.zeros((live.shape[0], 6), np.int64)
+    for a in range(d):
+        lo, hi = ((np.clip((box[:, k] - world._bmin[a]) * world._inv[a], -kgrid._CLAMP, kgrid._CLAMP))
+                  for k in (a, d + a))
+        lo, hi = np.floor(lo).astype(np.int64), np.floor(hi).astype(np.int64)
+        want[:, 3 + a] = np.minimum(hi - lo, C[a] - 1)
+        want[:, a] = lo % C[a]
+    bad = np.flatnonzero((o.crange[live] != want).any(axis=1))
+    assert bad.shape[0] == 0, f"object {int(o.id[live[bad[0]]])}: cell range {o.crange[live[bad[0]]]} is not its box's"
 
 
 def _expected_members(world) -> dict:
@@ -72,7 +90,8 @@ def _check_cell_pairs(world, c: int) -> np.ndarray:
 def check_world(world) -> None:
     """Check every internal invariant; raise AssertionError on the first one broken (tests only).
 
-    Each cell holds exactly the live objects whose cell range covers it, its SAP is consistent and its
+    Every live object's cell range is its box's; each cell holds exactly the live objects whose cell range
+    covers it, its SAP is consistent and its
     pair set holds exactly the cell's overlapping, allowed pairs; the world counts per pair the cells
     holding it, and holds no other pair.
     """
@@ -80,6 +99,7 @@ def check_world(world) -> None:
     world.update_list.check(world.objects)
     world.sap.check()
     world.pair_sets.check()
+    _check_cell_ranges(world)
     expect = _expected_members(world)
     bx_h = world.sap.arrays[0]
     counts: dict = {}

@@ -318,6 +318,14 @@ class World:
                 row, code, axis = -1, 0, 0
                 if not ok:
                     row, code, axis, unchanged = kval.boxes_check_serial(*args)
+            elif rows.shape[0] and r.row_of.shape[0] and not serial:
+                # at other positions of the last list: whole words compared and checked too
+                with parallel.region(self._max_threads, f.nu):
+                    unchanged, ok = kval.rows_of_check(f.upd_boxes, rows, r.row_of, self.objects.box, f.upd_h,
+                                                       f.same, self._coord_limit_bits, self.dims, self._max_threads)
+                row, code, axis = -1, 0, 0
+                if not ok:
+                    row, code, axis, unchanged = kval.boxes_check_serial(*args)
             elif serial:
                 row, code, axis, unchanged = kval.boxes_check_serial(*args)
             else:

@@ -52,7 +52,11 @@ class WorldPairs:
             if done:
                 self.count = count
                 return created, deleted
-        events, boff = kmerge.world_bucket(ev_key, ev_off, out_n, SHARDS)
+        if parallel.serial(max_threads, events, parallel.MIN_EVENTS):
+            events, boff = kmerge.world_bucket(ev_key, ev_off, out_n, SHARDS)
+        else:
+            with parallel.region(max_threads, events, parallel.MIN_EVENTS):
+                events, boff = kmerge.world_bucket_parts(ev_key, ev_off, out_n, SHARDS, max_threads)
         self.reserve(np.diff(boff))
         created = np.empty(events.shape[0], np.uint64)
         deleted = np.empty(events.shape[0], np.uint64)

@@ -2,7 +2,10 @@
 last frame's list in its order, the commonest big frame: the boxes checked against the list's rows by
 whole words in parts side by side (``kernels.validate.rows_check``), their cell ranges by
 ``kernels.grid.grid_ranges_listed``, and a delta with many created and deleted pairs sorted side by side
-(``kernels.merge.id_pairs_both``). Every frame's delta is checked against an exact sweep of the boxes
+(``kernels.merge.id_pairs_both``); the netted pair events grouped by shard of the world's pair table in
+parts side by side (``kernels.merge.world_bucket_parts``); and frames that remove and add objects too, whose
+updates sit at other positions of the last list (boxes checked by ``kernels.validate.rows_of_check``).
+Every frame's delta is checked against an exact sweep of the boxes
 (numpy: sorted on axis 0, each box against the boxes that start inside it), and each of those kernels
 is seen to run."""
 from __future__ import annotations
@@ -165,3 +168,95 @@ def test_big_deltas_of_ids_beyond_32_bits(monkeypatch):
         assert _delta(d) == (after - before, before - after)
         before = after
     assert calls.get("id_pairs_both") and not any(calls["id_pairs_both"])
+
+
+def test_big_frames_with_removes_and_adds_match_an_exact_sweep(monkeypatch):
+    """Frames that remove some objects, add others (appended to the list) and update the rest in the list's
+    order: the updates' stored boxes are at other rows of the last list (``row_of``), and, in the frame after
+    one that left some objects out, at none (their objects' boxes): checked by whole words in parts
+    (``rows_of_check``), unchanged boxes among them counted; every delta against the sweep."""
+    calls: dict = {}
+    _counted(monkeypatch, kval, "rows_of_check", calls)
+    _counted(monkeypatch, kmerge, "world_bucket_parts", calls)
+    dims = 2
+    scene = _Scene(dims, np.arange(N, dtype=np.uint64) + 1, seed=8)
+    world = sapcore.World(WorldConfig(threads=2, **scene.cfg))
+    boxes = scene.boxes()
+    world.step(add_ids=scene.ids, add_boxes=boxes)
+    before = sweep_pairs(scene.ids, boxes, dims)
+    next_id = N + 1
+    left_out = np.zeros(0, np.int64)
+    expect_unchanged = []
+    for k in range(5):
+        boxes = scene.move()
+        gone = scene.rng.choice(len(scene.ids), 300, replace=False)
+        keep = np.setdiff1d(np.arange(len(scene.ids)), gone)
+        rem_ids = scene.ids[gone]
+        upd = keep if k != 2 else np.setdiff1d(keep, left_out := keep[::400])
+        still = upd[::97]
+        if k == 3:      # unchanged boxes, among them some of the objects left out of the last frame
+            boxes[still] = world.boxes(scene.ids[still])
+            boxes[left_out[:20]] = world.boxes(scene.ids[left_out[:20]])
+            expect_unchanged.append(len(np.union1d(still, left_out[:20])))
+        else:
+            expect_unchanged.append(0)
+        if k == 2:      # the objects left out keep their boxes
+            boxes[left_out] = world.boxes(scene.ids[left_out])
+        new_ids = np.arange(next_id, next_id + 300, dtype=np.uint64)
+        next_id += 300
+        new_centre = scene.rng.uniform(0, scene.side, (300, dims))
+        new_boxes = np.concatenate([new_centre - 1.0, new_centre + 1.0], 1).astype(np.float32)
+        d = world.step(remove_ids=rem_ids, update_ids=scene.ids[upd], update_boxes=boxes[upd], add_ids=new_ids,
+                       add_boxes=new_boxes)
+        scene.ids = np.concatenate([scene.ids[keep], new_ids])
+        scene.centre = np.concatenate([scene.centre[keep], new_centre])
+        left_out = np.searchsorted(keep, left_out) if k == 2 else left_out
+        boxes = np.concatenate([boxes[keep], new_boxes])
+        after = sweep_pairs(scene.ids, boxes, dims)
+        assert _delta(d) == (after - before, before - after), k
+        assert world.pair_count == len(after)
+        before = after
+    # a bad box in such a frame, in the first and the last row and on either side of the parts' border: named,
+    # and nothing changes
+    pairs = world.pairs()
+    gone = np.arange(0, len(scene.ids), 131)
+    upd = np.setdiff1d(np.arange(len(scene.ids)), gone)
+    nu = len(upd)
+    for row in (0, nu // 2 - 1, nu // 2, nu - 1):
+        for value in (np.nan, None):
+            bad = scene.move()[upd]
+            if value is None:
+                bad[row, 1] = bad[row, dims + 1] + 1
+            else:
+                bad[row, 1] = value
+            seen = len(calls["rows_of_check"])
+            with pytest.raises(FrameError) as e:
+                world.step(remove_ids=scene.ids[gone], update_ids=scene.ids[upd], update_boxes=bad,
+                           add_ids=np.array([next_id], np.uint64), add_boxes=bad[:1])
+            assert len(calls["rows_of_check"]) == seen + 1 and not calls["rows_of_check"][-1][1]
+            assert (e.value.field, e.value.index) == ("update_boxes", row) and "axis 1" in str(e.value)
+            assert np.array_equal(world.pairs(), pairs)
+    calls["rows_of_check"] = [c for c in calls["rows_of_check"] if c[1]]
+    check_world(world)
+    # every frame but the first (whose list is not kept by row) checks by rows_of_check, with its unchanged rows
+    assert [int(u) for u, ok in calls.get("rows_of_check", [])] == expect_unchanged[1:], calls.get("rows_of_check")
+    assert all(ok for _, ok in calls["rows_of_check"])
+    assert len(calls.get("world_bucket_parts", [])) >= 4
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 7])
+def test_world_bucket_in_parts_is_world_bucket(parts):
+    """The events grouped by shard in parts of the touched cells give ``world_bucket``'s arrays exactly (its
+    stable order inside each shard), with empty cells, cells of one event and more parts than cells."""
+    rng = np.random.default_rng(parts)
+    for nt in (0, 1, 5, 300):
+        out_n = rng.integers(0, 40, nt).astype(np.int64)
+        out_n[rng.random(nt) < 0.3] = 0
+        cap = out_n + rng.integers(0, 5, nt)          # slices with room left over, as the event buffer has
+        ev_off = np.concatenate([[0], np.cumsum(cap)]).astype(np.int64)
+        ev_key = rng.integers(0, 1 << 62, int(ev_off[-1]), dtype=np.uint64)
+        ev_key[rng.random(ev_key.shape[0]) < 0.5] |= np.uint64(1) << np.uint64(63)     # removed events
+        want = kmerge.world_bucket(ev_key, ev_off, out_n, 8)
+        got = kmerge.world_bucket_parts(ev_key, ev_off, out_n, 8, parts)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), nt
+        assert got[1][-1] == out_n.sum()

@@ -59,12 +59,13 @@ def test_rows_check_from_the_bits_equals_the_float_rules(dims):
     assert cases == 4 * 2 * dims * (len(specials) + 1)
 
 
-@pytest.mark.parametrize("prefetch", [False, True])
+@pytest.mark.parametrize("big", [False, True])
 @pytest.mark.parametrize("dims", [2, 3])
-def test_ranges_listed_equals_grid_ranges_serial(dims, prefetch):
+def test_ranges_listed_equals_grid_ranges_serial(dims, big):
     """Cell ranges, ``same``, flags and boxes as ``grid_ranges_serial`` writes them (row mode 1: the same
     list), boxes inside, outside (wrapped) and wider than the bounds, some rows unchanged; the moved rows'
-    boxes written into the rows."""
+    boxes written into the rows. The objects' old boxes are the list's rows and their cell ranges the old
+    boxes' (which the big frame's pass computes from the rows instead of reading them)."""
     rng = np.random.default_rng(4)
     C = np.ones(3, np.int64)
     C[:dims] = rng.integers(1, 7, dims)
@@ -73,33 +74,40 @@ def test_ranges_listed_equals_grid_ranges_serial(dims, prefetch):
     inv = np.ones(3)
     inv[:dims] = C[:dims] / 20.0
     n_obj = 300
+
+    def some_boxes(n):
+        lo = rng.uniform(-40, 40, (n, dims))
+        ext = np.where(rng.random((n, dims)) < 0.1, rng.uniform(20, 60, (n, dims)), rng.uniform(0, 3, (n, dims)))
+        return np.concatenate([lo, lo + ext], 1).astype(np.float32)
+
     for _ in range(20):
         boxes = np.zeros((n_obj, 2 * dims), np.float32)
         crange = rng.integers(0, 3, (n_obj, 6)).astype(np.int16)
         flag = np.zeros(n_obj, np.uint8)
         n = 200
         upd_h = rng.choice(n_obj, n, replace=False).astype(np.int32)
-        lo = rng.uniform(-40, 40, (n, dims))
-        ext = np.where(rng.random((n, dims)) < 0.1, rng.uniform(20, 60, (n, dims)), rng.uniform(0, 3, (n, dims)))
-        upd = np.concatenate([lo, lo + ext], 1).astype(np.float32)
+        upd = some_boxes(n)
+        # the old boxes: half of them a little off the new ones (most stay in their cells), half anywhere
+        old = some_boxes(n)
+        near = rng.random(n) < 0.5
+        old[near] = upd[near] + rng.uniform(-0.5, 0.5, (n, 1)).astype(np.float32)[near]
         same0 = np.where(rng.random(n) < 0.2, 2, 0).astype(np.uint8)
-        rows = np.full((n, 2 * dims), -7.0, np.float32)
-        # half the objects already in the cells of their new boxes (they move within them)
+        upd[same0 == 2] = old[same0 == 2]
         pre = np.zeros((n, 6), np.int32)
-        kgrid.grid_ranges_serial(dims, bmin, inv, C, boxes.copy(), crange.copy(), flag.copy(), upd_h, upd, upd_h[:0],
-                                 upd[:0], pre, np.zeros(n, np.uint8), rows.copy(), 0, np.zeros(n_obj, np.int32))
-        keep = rng.random(n) < 0.5
-        crange[upd_h[keep]] = pre[keep]
+        kgrid.grid_ranges_serial(dims, bmin, inv, C, boxes.copy(), crange.copy(), flag.copy(), upd_h, old, upd_h[:0],
+                                 old[:0], pre, np.zeros(n, np.uint8), old.copy(), 0, np.zeros(n_obj, np.int32))
+        crange[upd_h] = pre
+        boxes[upd_h] = old
+        rows = old.copy()
         ref = [boxes.copy(), crange.copy(), flag.copy(), np.zeros((n, 6), np.int32), same0.copy(), rows.copy()]
         kgrid.grid_ranges_serial(dims, bmin, inv, C, ref[0], ref[1], ref[2], upd_h, upd, upd_h[:0], upd[:0], ref[3],
                                  ref[4], ref[5], 1, np.zeros(n_obj, np.int32))
         got = [boxes.copy(), crange.copy(), flag.copy(), np.zeros((n, 6), np.int32), same0.copy(), rows.copy()]
-        kgrid._ranges_listed(dims, bmin, inv, C, got[0], got[1], got[2], upd_h, upd, got[3], got[4], got[5],
-                             prefetch)
+        kgrid._ranges_listed(dims, bmin, inv, C, got[0], got[1], got[2], upd_h, upd, got[3], got[4], got[5], big)
         moved = same0 != 2
         assert (got[0] == ref[0]).all() and (got[2] == ref[2]).all() and (got[4] == ref[4]).all()
         assert (got[3][moved] == ref[3][moved]).all()
-        assert (got[5][moved] == upd[moved]).all() and (got[5][~moved] == -7.0).all()
+        assert (got[5][moved] == upd[moved]).all() and (got[5][~moved] == old[~moved]).all()
         assert (got[4][moved] < 2).all() and (got[4][moved] == 1).any() and (got[4][moved] == 0).any()
 
 

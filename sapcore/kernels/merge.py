@@ -159,6 +159,42 @@ def world_bucket(ev_key, ev_off, out_n, shards):
     return out, off
 
 
+@njit(**NJIT_PARALLEL)
+def world_bucket_parts(ev_key, ev_off, out_n, shards, parts):
+    """``world_bucket`` in ``parts`` parts of consecutive touched cells (one a thread): each counts its
+    events by shard, then writes them at its place in each shard's run (shard after shard, part after
+    part within one), so the result is ``world_bucket``'s, whatever ``parts``."""
+    nt = out_n.shape[0]
+    cnt = np.zeros((parts, shards), np.int64)
+    for p in prange(parts):
+        mine = np.zeros(shards, np.int64)          # this part's counts (no line shared with another part)
+        for t in range(nt * p // parts, nt * (p + 1) // parts):
+            eo = ev_off[t]
+            for i in range(out_n[t]):
+                mine[world_shard(ev_key[eo + i] & KEY_MASK, shards)] += 1
+        cnt[p] = mine
+    off = np.zeros(shards + 1, np.int64)
+    at = np.empty((parts, shards), np.int64)
+    total = 0
+    for s in range(shards):
+        off[s] = total
+        for p in range(parts):
+            at[p, s] = total
+            total += cnt[p, s]
+    off[shards] = total
+    out = np.empty(total, np.uint64)
+    for p in prange(parts):
+        fill = at[p].copy()
+        for t in range(nt * p // parts, nt * (p + 1) // parts):
+            eo = ev_off[t]
+            for i in range(out_n[t]):
+                ek = ev_key[eo + i]
+                s = world_shard(ek & KEY_MASK, shards)
+                out[fill[s]] = ek
+                fill[s] += 1
+    return out, off
+
+
 #: events ahead whose slot (``_AHEAD2``) and pair (``_AHEAD1``) in the world table are prefetched
 _AHEAD1 = 8
 _AHEAD2 = 16
