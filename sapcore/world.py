@@ -99,6 +99,7 @@ class _Frame:
         self.room = None                # phase 3's sizes when phase 2 computed them
         self.flags_cleared = False      # the frame's flags were cleared with its pairs (``_pairs_serial``)
         self.swaps_total = None
+        self.all_moved = False          # the cells take every staying box as moved (``_rasterize``)
 
 
 class World:
@@ -184,7 +185,7 @@ class World:
     def _from_room(self, f) -> Delta:
         """Phases 3 to 8 of a frame whose phase 2 is done."""
         self._make_room(f)              # phase 3
-        if parallel.serial(self._max_threads, f.work, parallel.MIN_CELL_WORK):
+        if parallel.serial(self._max_threads, f.work, parallel.MIN_CELL_WORK) and not f.all_moved:
             created, deleted = self._pairs_serial(f)    # phases 4-7 in one call (falls back when it must)
         else:
             self._apply_cells(f)        # phases 4 and 5
@@ -391,15 +392,19 @@ class World:
             f.stats.rasterize_s = f.t2 - f.t1
             return
         newr = np.empty((f.upd_h.shape[0] + f.na, 6), np.int32)
-        args = (self.dims, self._bmin, self._inv, self._C, objects.box, objects.crange, objects.flag, f.upd_h,
-                f.upd_boxes, f.add_h, f.add_boxes, newr, f.same, f.list_rows, f.row_mode, objects.lastpos)
+        # most of the world's boxes move: the cells take every staying box as moved (a box that did not move
+        # gets its own values again), so the flags of the ones that keep their cells are not written
+        f.all_moved = f.moving > 0 and 8 * f.moving >= 7 * f.live
+        mark = not f.all_moved
         with parallel.region(self._max_threads, f.moving + f.na):
             if f.row_mode == 1 and f.na == 0 and f.list_rows.shape[0] == f.upd_h.shape[0]:
                 kgrid.grid_ranges_listed(self.dims, self._bmin, self._inv, self._C, objects.box, objects.crange,
                                          objects.flag, f.upd_h, f.upd_boxes, newr, f.same, f.list_rows,
-                                         self._max_threads)
+                                         self._max_threads, mark)
             else:
-                kgrid.grid_ranges(*args)
+                kgrid.grid_ranges(self.dims, self._bmin, self._inv, self._C, objects.box, objects.crange,
+                                  objects.flag, f.upd_h, f.upd_boxes, f.add_h, f.add_boxes, newr, f.same, f.list_rows,
+                                  f.row_mode, objects.lastpos, mark)
         # when most objects move, every occupied cell is touched: cheaper than touching cell by cell
         dense = 2 * (f.moving + f.nr) >= f.live
         f.touched, f.ent_off, f.ent_h = kgrid.grid_rasterize(
@@ -445,11 +450,11 @@ class World:
                 objects.box.view(np.uint32), objects.cat, objects.mask, objects.static, sap.n, sap.base, bx_h, bx_pos,
                 ep_key, self._scratch, self._kscratch, ps.base, ps.n, ps.arrays[1], f.ev_key, f.ev_off, f.ev_n,
                 f.ev_plus, f.swaps)
-        if parallel.serial(self._max_threads, f.work, parallel.MIN_CELL_WORK):
+        if parallel.serial(self._max_threads, f.work, parallel.MIN_CELL_WORK) and not f.all_moved:
             ksap.cells_apply_serial(*args)
         else:
             with parallel.region(self._max_threads, f.work, parallel.MIN_CELL_WORK):
-                ksap.cells_apply(*args)
+                ksap.cells_apply(*args, f.all_moved)
         self._recompute_overflows(f)
         f.ev_total = int(f.ev_n.sum())
 

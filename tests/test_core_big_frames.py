@@ -7,7 +7,8 @@ parts side by side (``kernels.merge.world_bucket_parts``); and frames that remov
 updates sit at other positions of the last list (boxes checked by ``kernels.validate.rows_of_check``).
 Every frame's delta is checked against an exact sweep of the boxes
 (numpy: sorted on axis 0, each box against the boxes that start inside it), and each of those kernels
-is seen to run."""
+is seen to run. Where most boxes move, the cells take every staying box as moved and only the flags of the
+boxes that change cells are written (``all_moved``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,6 +20,7 @@ from sapcore import FrameError, WorldConfig, parallel
 from sapcore.invariants import check_world
 from sapcore.kernels import grid as kgrid
 from sapcore.kernels import merge as kmerge
+from sapcore.kernels import sap_cell as ksap
 from sapcore.kernels import validate as kval
 from sapcore.world import RADIX_SORT_MIN
 
@@ -86,6 +88,12 @@ def test_big_listed_frames_match_an_exact_sweep(dims, monkeypatch):
     _counted(monkeypatch, kval, "rows_check", calls)
     _counted(monkeypatch, kgrid, "grid_ranges_listed", calls)
     _counted(monkeypatch, kmerge, "id_pairs_both", calls)
+    real_apply = ksap.cells_apply
+
+    def apply(*args):
+        calls.setdefault("all_moved", []).append(args[-1])
+        return real_apply(*args)
+    monkeypatch.setattr(ksap, "cells_apply", apply)
     scene = _Scene(dims, np.arange(N, dtype=np.uint64) * 7 + 3)
     world = sapcore.World(WorldConfig(threads=2, **scene.cfg))
     boxes = scene.boxes()
@@ -93,10 +101,12 @@ def test_big_listed_frames_match_an_exact_sweep(dims, monkeypatch):
     before = sweep_pairs(scene.ids, boxes, dims)
     assert check_pair_array(world.pairs(), "world.pairs()") == before
     still = np.union1d(np.arange(0, N, 50), [N // 2 - 1, N // 2, N - 1])
-    for k in range(4):
+    for k in range(5):
         boxes = scene.move()
         if k == 2:      # some boxes as stored (unchanged), among them the rows on either side of the parts' border
             boxes[still] = world.boxes(scene.ids[still])
+        if k == 3:      # one in seven (still a parallel frame): the cells no longer take every box as moved
+            boxes[::7] = world.boxes(scene.ids[::7])
         d = world.step(update_ids=scene.ids, update_boxes=boxes)
         after = sweep_pairs(scene.ids, boxes, dims)
         assert _delta(d) == (after - before, before - after), k
@@ -106,8 +116,10 @@ def test_big_listed_frames_match_an_exact_sweep(dims, monkeypatch):
         before = after
     check_world(world)
     # the list repeats from the second update frame on (the first one makes it)
-    assert len(calls.get("rows_check", [])) == 3 and len(calls.get("grid_ranges_listed", [])) == 3, calls.keys()
-    assert [int(u) for u, _ in calls["rows_check"]] == [0, len(still), 0]
+    assert len(calls.get("rows_check", [])) == 4 and len(calls.get("grid_ranges_listed", [])) == 4, calls.keys()
+    assert [int(u) for u, _ in calls["rows_check"]] == [0, len(still), len(range(0, N, 7)), 0]
+    # the cells take every staying box as moved where most moved (their flags not written), else not
+    assert calls["all_moved"] == [False, True, True, True, False, True], calls["all_moved"]
     assert len(calls.get("id_pairs_both", [])) >= 3 and all(calls["id_pairs_both"])
 
 

@@ -59,13 +59,14 @@ def test_rows_check_from_the_bits_equals_the_float_rules(dims):
     assert cases == 4 * 2 * dims * (len(specials) + 1)
 
 
-@pytest.mark.parametrize("big", [False, True])
+@pytest.mark.parametrize("big,mark", [(False, True), (True, True), (True, False)])
 @pytest.mark.parametrize("dims", [2, 3])
-def test_ranges_listed_equals_grid_ranges_serial(dims, big):
+def test_ranges_listed_equals_grid_ranges_serial(dims, big, mark):
     """Cell ranges, ``same``, flags and boxes as ``grid_ranges_serial`` writes them (row mode 1: the same
     list), boxes inside, outside (wrapped) and wider than the bounds, some rows unchanged; the moved rows'
     boxes written into the rows. The objects' old boxes are the list's rows and their cell ranges the old
-    boxes' (which the big frame's pass computes from the rows instead of reading them)."""
+    boxes' (which the big frame's pass computes from the rows instead of reading them). Without ``mark`` (the
+    cells take every box as moved), only the flags of the boxes that change cells are written."""
     rng = np.random.default_rng(4)
     C = np.ones(3, np.int64)
     C[:dims] = rng.integers(1, 7, dims)
@@ -103,8 +104,12 @@ def test_ranges_listed_equals_grid_ranges_serial(dims, big):
         kgrid.grid_ranges_serial(dims, bmin, inv, C, ref[0], ref[1], ref[2], upd_h, upd, upd_h[:0], upd[:0], ref[3],
                                  ref[4], ref[5], 1, np.zeros(n_obj, np.int32))
         got = [boxes.copy(), crange.copy(), flag.copy(), np.zeros((n, 6), np.int32), same0.copy(), rows.copy()]
-        kgrid._ranges_listed(dims, bmin, inv, C, got[0], got[1], got[2], upd_h, upd, got[3], got[4], got[5], big)
+        kgrid._ranges_listed(dims, bmin, inv, C, got[0], got[1], got[2], upd_h, upd, got[3], got[4], got[5], big,
+                             mark)
         moved = same0 != 2
+        if not mark:        # only the flags of the boxes that change cells
+            ref[2][ref[2] == kgrid.FLAG_MOVED] = 0
+            assert (ref[2] == kgrid.FLAG_MOVED_CELLS).any()
         assert (got[0] == ref[0]).all() and (got[2] == ref[2]).all() and (got[4] == ref[4]).all()
         assert (got[3][moved] == ref[3][moved]).all()
         assert (got[5][moved] == upd[moved]).all() and (got[5][~moved] == old[~moved]).all()

@@ -341,9 +341,9 @@ def frame_listed(upd, upd_boxes, live, frame, st):
     # grid ranges by ``_ranges_listed``, which writes the moved rows' boxes too
     newr = np.empty((nu, 6), np.int32)
     if dims == 2:
-        _ranges_listed(2, bmin, inv, C, boxes, crange, flag, list_h, upd_boxes, newr, same, rows, False)
+        _ranges_listed(2, bmin, inv, C, boxes, crange, flag, list_h, upd_boxes, newr, same, rows, False, True)
     else:
-        _ranges_listed(3, bmin, inv, C, boxes, crange, flag, list_h, upd_boxes, newr, same, rows, False)
+        _ranges_listed(3, bmin, inv, C, boxes, crange, flag, list_h, upd_boxes, newr, same, rows, False, True)
     dense = 2 * (nu - unchanged) >= live
     touched, ent_off, ent_h = grid_rasterize(C, crange, flag, cell_n, noi, list_h, noi, newr, same, dense,
                                              cell_stamp, cell_tidx, frame)

@@ -61,13 +61,14 @@ def _row_range(src, k, dims, bmin, inv, C, newr, i):
 
 @njit(**NJIT_INLINE)
 def _update_range(i, dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, row_mode,
-                  lastpos, by_row, fill):
+                  lastpos, by_row, fill, mark):
     """Update row i of ``grid_ranges``."""
     if i + _AHEAD < upd_h.shape[0]:
         ha = upd_h[i + _AHEAD]
         prefetch_row(boxes, ha)
         prefetch_row(crange, ha)
-        prefetch_flat(flag, ha)
+        if mark:
+            prefetch_flat(flag, ha)
         if row_mode == 2:
             prefetch_flat(lastpos, ha)
     h = upd_h[i]
@@ -83,7 +84,10 @@ def _update_range(i, dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, 
     for a in range(6):
         eq = eq & (crange[h, a] == newr[i, a])
     same[i] = 1 if eq else 0
-    flag[h] = FLAG_MOVED if eq else FLAG_MOVED_CELLS
+    if not eq:
+        flag[h] = FLAG_MOVED_CELLS
+    elif mark:
+        flag[h] = FLAG_MOVED
     for a in range(2 * dims):
         boxes[h, a] = upd_boxes[i, a]
     if by_row:
@@ -111,7 +115,7 @@ def _add_range(k, nu, dims, bmin, inv, C, boxes, crange, flag, add_h, add_boxes,
 
 @njit(**NJIT_PARALLEL)
 def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, newr, same,
-                rows, row_mode, lastpos):
+                rows, row_mode, lastpos, mark):
     """First rasterize pass, in parallel over the frame's updates, then its adds.
 
     New cell ranges go to ``newr`` (rows [0, nu) updates, [nu, nu + na) adds). ``same[i]`` is 2 on entry
@@ -132,11 +136,11 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
     if dims == 2:
         for i in prange(nu):
             _update_range(i, 2, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, row_mode,
-                          lastpos, by_row, fill)
+                          lastpos, by_row, fill, mark)
     else:
         for i in prange(nu):
             _update_range(i, 3, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, row_mode,
-                          lastpos, by_row, fill)
+                          lastpos, by_row, fill, mark)
     if na > 0:
         for k in prange(na):
             _add_range(k, nu, dims, bmin, inv, C, boxes, crange, flag, add_h, add_boxes, newr, rows, row_mode,
@@ -153,14 +157,14 @@ def grid_ranges_serial(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes
     fill = row_mode == 2 and rows.shape[0] == nu + na
     for i in range(nu):
         _update_range(i, dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, row_mode,
-                      lastpos, by_row, fill)
+                      lastpos, by_row, fill, True)
     for k in range(na):
         _add_range(k, nu, dims, bmin, inv, C, boxes, crange, flag, add_h, add_boxes, newr, rows, row_mode,
                    lastpos, fill)
 
 
 @njit(**NJIT_INLINE)
-def _ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, big):
+def _ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, big, mark):
     """``grid_ranges_serial`` of a frame of the list's updates alone (``dims`` a constant; no adds, the
     list unchanged), which also writes the moved rows' boxes into ``rows``: the same cell ranges,
     ``same``, flags and boxes, ~20-30% faster (the axes of the world only). ``big`` (a constant), for a
@@ -173,7 +177,8 @@ def _ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, ne
         if big and i + _AHEAD < n:
             ha = upd_h[i + _AHEAD]
             prefetch_row(boxes, ha)
-            prefetch_flat(flag, ha)
+            if mark:
+                prefetch_flat(flag, ha)
         if same[i] == 2:        # the update keeps its box
             continue
         h = upd_h[i]
@@ -199,14 +204,17 @@ def _ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, ne
             if not big:
                 eq &= (crange[h, a] == 0) & (crange[h, 3 + a] == 0)
         same[i] = 1 if eq else 0
-        flag[h] = FLAG_MOVED if eq else FLAG_MOVED_CELLS
+        if not eq:
+            flag[h] = FLAG_MOVED_CELLS
+        elif mark:
+            flag[h] = FLAG_MOVED
         for a in range(2 * dims):
             boxes[h, a] = upd_boxes[i, a]
             rows[i, a] = upd_boxes[i, a]
 
 
 @njit(**NJIT_PARALLEL)
-def grid_ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, parts):
+def grid_ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, parts, mark):
     """``grid_ranges`` of a frame of the list's updates alone (``row_mode`` 1 with a row of ``rows`` per
     update, no adds), by ``_ranges_listed`` in ``parts`` parts of consecutive updates (one a thread): the
     same results."""
@@ -216,10 +224,10 @@ def grid_ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes
         hi = n * (p + 1) // parts
         if dims == 2:
             _ranges_listed(2, bmin, inv, C, boxes, crange, flag, upd_h[lo:hi], upd_boxes[lo:hi], newr[lo:hi],
-                           same[lo:hi], rows[lo:hi], True)
+                           same[lo:hi], rows[lo:hi], True, mark)
         else:
             _ranges_listed(3, bmin, inv, C, boxes, crange, flag, upd_h[lo:hi], upd_boxes[lo:hi], newr[lo:hi],
-                           same[lo:hi], rows[lo:hi], True)
+                           same[lo:hi], rows[lo:hi], True, mark)
 
 
 @njit(**NJIT)

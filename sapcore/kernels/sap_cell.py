@@ -125,7 +125,7 @@ def _insertion_sort(kscratch, tid, m):
 
 @njit(**NJIT_INLINE)
 def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key, scratch, kscratch, tid,
-                    cell_pm_base, cell_pm_n, pm_keys, ev_key, eo, cap, cnt):
+                    cell_pm_base, cell_pm_n, pm_keys, ev_key, eo, cap, cnt, all_moved):
     """Step 1, batch remove: boxes removed from the world or leaving cell c lose their pairs and their
     endpoints leave every axis. With few moved boxes and up to ``_LEAVING_FEW`` leaving ones (k), by one
     pass per axis from the leaving boxes' first endpoint on, the staying boxes of the last k slots taking
@@ -148,7 +148,7 @@ def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key,
         else:
             scratch[tid, 0, s] = s - k
             f = flag[h]
-            if f == FLAG_MOVED or f == FLAG_MOVED_CELLS:
+            if all_moved or f == FLAG_MOVED or f == FLAG_MOVED_CELLS:
                 scratch[tid, 1, moved] = s
                 moved += 1
     if k == 0:
@@ -514,8 +514,11 @@ def _prefetch_cell(c, dims, cell_n, cell_base, bx_h, bx_pos, ep_key):
 @njit(**NJIT_INLINE)
 def _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static,
                 cell_n, cell_base, bx_h, bx_pos, ep_key, scratch, kscratch,
-                cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n, ev_plus, swaps, tid):
-    """Touched cell t of a frame (steps 1-3 of the module docstring), on worker ``tid``'s workspace."""
+                cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n, ev_plus, swaps, tid, all_moved):
+    """Touched cell t of a frame (steps 1-3 of the module docstring), on worker ``tid``'s workspace.
+    ``all_moved``: every staying box is taken as moved (most of the world's boxes moved; the flags of the
+    ones that kept their cells were not written): step 2 re-sorts every axis in one pass, which gives a box
+    that did not move its own values again."""
     c = touched[t]
     if t + 1 < touched.shape[0]:
         _prefetch_cell(touched[t + 1], dims, cell_n, cell_base, bx_h, bx_pos, ep_key)
@@ -526,7 +529,7 @@ def _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat,
     n_old = np.int64(cell_n[c])
     n, moved, cnt, compact = _remove_leaving(c, base, eb, n_old, dims, C, flag, crange, bx_h, bx_pos, ep_key,
                                              scratch, kscratch, tid, cell_pm_base, cell_pm_n, pm_keys, ev_key, eo,
-                                             cap, 0)
+                                             cap, 0, all_moved)
     sw = 0
     if moved > 0:
         cnt, sw = _update_moved(moved, n, n_old, compact, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk,
@@ -557,8 +560,9 @@ def _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat,
 @njit(**NJIT_PARALLEL)
 def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static,
                 cell_n, cell_base, bx_h, bx_pos, ep_key, scratch, kscratch,
-                cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n, ev_plus, swaps):
-    """Apply every touched cell in parallel (steps 1-3 of the module docstring).
+                cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n, ev_plus, swaps, all_moved):
+    """Apply every touched cell in parallel (steps 1-3 of the module docstring); ``all_moved``: see
+    ``_apply_cell``.
 
     Outputs are indexed by touched cell, never by thread: ``ev_n[t]`` events (``ev_plus[t]`` of them
     "pair added") in ``ev_key[ev_off[t]:ev_off[t + 1]]``, ``swaps[t]`` endpoint swaps.
@@ -569,7 +573,7 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
     for t in prange(touched.shape[0]):
         _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static, cell_n,
                     cell_base, bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_n, pm_keys, ev_key,
-                    ev_off, ev_n, ev_plus, swaps, numba.get_thread_id())
+                    ev_off, ev_n, ev_plus, swaps, numba.get_thread_id(), all_moved)
 
 
 @njit(**NJIT_SERIAL)
@@ -581,7 +585,7 @@ def cells_apply_serial(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, 
     for t in range(touched.shape[0]):
         _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static, cell_n,
                     cell_base, bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_n, pm_keys, ev_key,
-                    ev_off, ev_n, ev_plus, swaps, 0)
+                    ev_off, ev_n, ev_plus, swaps, 0, False)
 
 
 @njit(**NJIT)
