@@ -120,7 +120,8 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
 
     New cell ranges go to ``newr`` (rows [0, nu) updates, [nu, nu + na) adds). ``same[i]`` is 2 on entry
     when update i keeps its box (set by the box check; it is left alone), else it becomes 1 when the
-    update keeps its cells, 0 when not. Writes the new boxes and the per-frame flags, and the cell
+    update keeps its cells, 0 when not. Writes the new boxes and the per-frame flags (without ``mark``, the
+    cells taking every staying box as moved, only those of the updates that change cells), and the cell
     ranges of added objects (a moved object's range changes in the serial pass, which still needs the
     old one).
 
@@ -171,7 +172,8 @@ def _ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, ne
     big frame, whose object rows are scattered over memory the frame's other phases evict (a small
     frame's are at hand): the old cell ranges are computed from the old boxes in ``rows`` (read in
     order) instead of read from ``crange`` (an object's range is its box's), and the object rows
-    ``_AHEAD`` updates ahead are requested from memory."""
+    ``_AHEAD`` updates ahead are requested from memory. Without ``mark`` (the cells take every staying box
+    as moved), only the flags of the updates that change cells are written."""
     n = upd_h.shape[0]
     for i in range(n):
         if big and i + _AHEAD < n:
@@ -217,7 +219,7 @@ def _ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, ne
 def grid_ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, parts, mark):
     """``grid_ranges`` of a frame of the list's updates alone (``row_mode`` 1 with a row of ``rows`` per
     update, no adds), by ``_ranges_listed`` in ``parts`` parts of consecutive updates (one a thread): the
-    same results."""
+    same results (``mark`` as there)."""
     n = upd_h.shape[0]
     for p in prange(parts):
         lo = n * p // parts
