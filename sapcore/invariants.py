@@ -91,9 +91,8 @@ def check_world(world) -> None:
     """Check every internal invariant; raise AssertionError on the first one broken (tests only).
 
     Every live object's cell range is its box's; each cell holds exactly the live objects whose cell range
-    covers it, its SAP is consistent and its
-    pair set holds exactly the cell's overlapping, allowed pairs; the world counts per pair the cells
-    holding it, and holds no other pair.
+    covers it, its SAP is consistent and its pair set holds exactly the cell's overlapping, allowed pairs;
+    the world counts per pair the cells holding it, and holds no other pair.
     """
     world.objects.check()
     world.update_list.check(world.objects)

@@ -307,24 +307,24 @@ class World:
             args = (f.upd_boxes, self.dims, self._coord_limit32, self.objects.box, f.upd_h, f.same, rows,
                     r.row_of if rows.shape[0] else NO_ROW_OF, by_row)
             serial = parallel.serial(self._max_threads, f.nu)
+            # the boxes compared with the list's rows and checked by whole words where the rows are at hand:
+            # (unchanged, every box valid); the general check names the first bad box, if any
+            words = None
             if by_row and rows.shape[0] == f.nu:
-                # the same list as the last frame's: whole words compared and checked (``kval.rows_check``);
-                # the general check names the first bad box, if any
+                # the same list as the last frame's (``kval.rows_check``)
                 rargs = (f.upd_boxes, rows, f.same, self._coord_limit_bits, self.dims)
                 if serial:
-                    unchanged, ok = kval.rows_check_serial(*rargs)
+                    words = kval.rows_check_serial(*rargs)
                 else:
                     with parallel.region(self._max_threads, f.nu):
-                        unchanged, ok = kval.rows_check(*rargs, self._max_threads)
-                row, code, axis = -1, 0, 0
-                if not ok:
-                    row, code, axis, unchanged = kval.boxes_check_serial(*args)
+                        words = kval.rows_check(*rargs, self._max_threads)
             elif rows.shape[0] and r.row_of.shape[0] and not serial:
-                # at other positions of the last list: whole words compared and checked too
+                # at other positions of the last list (``kval.rows_of_check``)
                 with parallel.region(self._max_threads, f.nu):
-                    unchanged, ok = kval.rows_of_check(f.upd_boxes, rows, r.row_of, self.objects.box, f.upd_h,
-                                                       f.same, self._coord_limit_bits, self.dims, self._max_threads)
-                row, code, axis = -1, 0, 0
+                    words = kval.rows_of_check(f.upd_boxes, rows, r.row_of, self.objects.box, f.upd_h, f.same,
+                                               self._coord_limit_bits, self.dims, self._max_threads)
+            if words is not None:
+                (unchanged, ok), row, code, axis = words, -1, 0, 0
                 if not ok:
                     row, code, axis, unchanged = kval.boxes_check_serial(*args)
             elif serial:

@@ -186,6 +186,8 @@ def _ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, ne
         h = upd_h[i]
         eq = True
         for a in range(dims):
+            # ``_cell_span`` written out: calling it here made the small one-call frame 5-13% slower (100 to
+            # 10,000 objects, interleaved), though it is inlined too; the old range (``big``) calls it
             c = C[a]
             lo = np.int64(np.floor(min(max((np.float64(upd_boxes[i, a]) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)))
             hi = np.int64(np.floor(min(max((np.float64(upd_boxes[i, dims + a]) - bmin[a]) * inv[a], -_CLAMP),
