@@ -164,8 +164,8 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
                                                  quotas),
                         max_worlds=cfg.max_worlds, engine_threads=cfg.engine_threads, validate=cfg.validate,
                         world_factory=world_factory,
-                        heavy=HeavyFrames(cfg.heavy_frame_objects, cfg.heavy_frame_nice) if cfg.heavy_frame_objects
-                        else None)
+                        heavy=HeavyFrames(cfg.heavy_frame_objects, cfg.heavy_frame_nice, policy=cfg.heavy_frame_policy)
+                        if cfg.heavy_frame_objects else None)
     admission = Admission(cfg.worker_threads, on_change=metrics.set_call_slots_in_use,
                           on_refused=metrics.call_refused)
     metrics.set_call_slots(cfg.worker_threads)

@@ -45,9 +45,9 @@ class ServerConfig:
         plaintext port of the health service alone (probes that cannot speak TLS).
     max_calls_per_client, max_worlds_per_client, max_objects_per_client : per-client quotas (0: none).
     stream_idle_seconds, subscriber_stall_seconds : end idle frame streams and stalled server streams (0: never).
-    heavy_frame_objects, heavy_frame_nice : frames of worlds of at least this many objects, while a smaller
-        world streams, run on heavy-frame threads whose nice value is raised by heavy_frame_nice
-        (server/heavy.py; 0 objects: off).
+    heavy_frame_objects, heavy_frame_nice, heavy_frame_policy : frames of worlds of at least this many
+        objects, while a smaller world streams, run on heavy-frame threads whose nice value is raised by
+        heavy_frame_nice and, with the policy "idle", under SCHED_IDLE (server/heavy.py; 0 objects: off).
     """
 
     listen: str = DEFAULT_ADDRESS
@@ -92,6 +92,7 @@ class ServerConfig:
     subscriber_stall_seconds: float = 60.0
     heavy_frame_objects: int = 32768
     heavy_frame_nice: int = 10
+    heavy_frame_policy: str = "idle"
 
     def __post_init__(self):
         def bad(field: str, message: str):
@@ -137,6 +138,8 @@ class ServerConfig:
             bad("heavy_frame_objects", "must be >= 0 (0: off)")
         if not 0 <= self.heavy_frame_nice <= 19:
             bad("heavy_frame_nice", "must be in [0, 19]")
+        if self.heavy_frame_policy not in ("idle", "nice"):
+            bad("heavy_frame_policy", f"must be idle or nice, got {self.heavy_frame_policy[:40]!r}")
         from .cluster import from_config
         try:
             from_config(self.cluster_members, self.cluster_self)  # raises on a bad member list
@@ -214,10 +217,14 @@ _HELP = {
     "subscriber_stall_seconds": "end a subscription (or any server stream) whose client takes no message for this "
                                 "long, freeing its slot (default 60; 0: never)",
     "heavy_frame_objects": "frames of worlds of at least this many objects run, while a smaller world streams, on "
-                           "heavy-frame threads at a lower CPU priority (see --heavy-frame-nice), so small worlds' "
-                           "frames go first (default 32768; 0: every frame on its call's thread)",
+                           "heavy-frame threads at a lower CPU priority (see --heavy-frame-nice and "
+                           "--heavy-frame-policy), so small worlds' frames go first (default 32768; 0: every frame "
+                           "on its call's thread)",
     "heavy_frame_nice": "how much lower those threads' priority is: their nice value is raised by this much, "
                         "0-19 (default 10; Linux)",
+    "heavy_frame_policy": "those threads' scheduling: idle (SCHED_IDLE as well as the nice value: any other "
+                          "thread's wake-up preempts them; default) or nice (the nice value alone: a heavy world "
+                          "keeps a share of the cores that small worlds keep busy; Linux)",
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -150,7 +151,8 @@ def test_heavy_frames_run_on_a_lower_priority_thread():
 
         def recording_step(**kw):
             tid = threading.get_native_id()
-            seen.setdefault(cfg.bounds[2], []).append((tid, os.getpriority(os.PRIO_PROCESS, tid)))
+            seen.setdefault(cfg.bounds[2], []).append((tid, os.getpriority(os.PRIO_PROCESS, tid),
+                                                       os.sched_getscheduler(0)))
             return step(**kw)
         world.step = recording_step
         return world
@@ -175,13 +177,99 @@ def test_heavy_frames_run_on_a_lower_priority_thread():
         assert big.frames == 2 and big.objects == 60 and small.frames == 1
         me = threading.get_native_id()
         base = os.getpriority(os.PRIO_PROCESS, me)
-        assert seen[10.0] == [(me, base)]
+        assert seen[10.0] == [(me, base, os.sched_getscheduler(0))]
         assert len(seen[20.0]) == 3
-        for tid, nice in seen[20.0]:
+        for tid, nice, policy in seen[20.0]:
             assert tid != me and tid in heavy.native_ids
             if os.uname().sysname == "Linux":
                 assert nice == min(19, base + 5) == heavy.thread_nice
+                assert policy == os.SCHED_IDLE == heavy.thread_policy          # the default policy, "idle"
         assert os.getpriority(os.PRIO_PROCESS, me) == base                # the caller's priority is unchanged
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER
+    finally:
+        heavy.shutdown()
+
+
+def _on_linux():
+    if os.uname().sysname != "Linux":
+        pytest.skip("thread priorities and the nudges are Linux only")
+
+
+def test_heavy_frames_policy_nice_lowers_the_nice_value_alone():
+    _on_linux()
+    heavy = HeavyFrames(min_objects=1, nice=3, threads=1, policy="nice")
+    try:
+        tid, nice, policy = heavy.run(lambda: (threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0),
+                                               os.sched_getscheduler(0)))
+        base = os.getpriority(os.PRIO_PROCESS, 0)
+        assert policy == os.SCHED_OTHER == heavy.thread_policy and nice == min(19, base + 3) == heavy.thread_nice
+        assert heavy.lowered or base + 3 > 19
+    finally:
+        heavy.shutdown()
+
+
+def _wakes(tid: int) -> int:
+    """How often a thread of this process has gone to sleep so far (its voluntary context switches)."""
+    with open(f"/proc/self/task/{tid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+
+
+def _wakes_in(ids, seconds: float) -> dict:
+    before = {core: _wakes(tid) for core, tid in ids.items()}
+    time.sleep(seconds)
+    return {core: _wakes(tid) - before[core] for core, tid in ids.items()}
+
+
+def test_nudge_threads_wake_on_each_core_only_while_a_heavy_frame_runs():
+    """While a heavy frame runs on a lowered thread, one nudge thread per core (pinned to it) wakes about every
+    NUDGE_S; once no heavy frame runs they stop within NUDGE_TICKS wake-ups; shutdown ends them."""
+    _on_linux()
+    from sapgrid.server import heavy as heavy_mod
+
+    heavy = HeavyFrames(min_objects=1, nice=1, threads=1)
+    release = threading.Event()
+    callers = ThreadPoolExecutor(1)
+    try:
+        assert heavy.run(lambda: 1) == 1 and heavy.lowered        # the thread started, its priority lowered
+        running = callers.submit(heavy.run, release.wait)
+        deadline = time.monotonic() + 30
+        while len(heavy.nudge_ids) < len(os.sched_getaffinity(0)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        cores = sorted(os.sched_getaffinity(0))
+        assert sorted(heavy.nudge_ids) == cores
+        for core, tid in heavy.nudge_ids.items():
+            assert os.sched_getaffinity(tid) == {core}
+        wakes = _wakes_in(heavy.nudge_ids, 0.2)
+        assert all(n >= 0.2 / heavy_mod.NUDGE_S / 10 for n in wakes.values()), wakes   # ~200 each; 20 under load
+        release.set()
+        assert running.result(30) is True
+        deadline = time.monotonic() + 30
+        while any(_wakes_in(heavy.nudge_ids, 0.1).values()) and time.monotonic() < deadline:
+            pass                              # the last NUDGE_TICKS wake-ups of each
+        assert not any(_wakes_in(heavy.nudge_ids, 0.2).values())          # and then no more
+        ids = dict(heavy.nudge_ids)
+    finally:
+        release.set()
+        callers.shutdown()
+        heavy.shutdown()
+    deadline = time.monotonic() + 30
+    while any(os.path.exists(f"/proc/self/task/{tid}") for tid in ids.values()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(os.path.exists(f"/proc/self/task/{tid}") for tid in ids.values())
+
+
+def test_no_nudges_where_the_priority_could_not_be_lowered(monkeypatch):
+    """A heavy-frame thread whose priority the OS refused to lower runs heavy frames at the server's priority,
+    and nothing nudges for it."""
+    def refused(*args):
+        raise PermissionError("refused")
+
+    monkeypatch.setattr(os, "setpriority", refused)
+    heavy = HeavyFrames(min_objects=1, nice=5, threads=1)
+    try:
+        assert heavy.run(lambda: os.sched_getscheduler(0)) == os.SCHED_OTHER
+        assert heavy.run(lambda: 2) == 2
+        assert not heavy.lowered and heavy.nudge_ids == {}
     finally:
         heavy.shutdown()
 
@@ -233,12 +321,17 @@ def test_heavy_frame_flags_are_checked():
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     for flag, value in (("--heavy-frame-objects", "-1"), ("--heavy-frame-nice", "-1"), ("--heavy-frame-nice", "20"),
-                        ("--heavy-frame-nice", "x")):
+                        ("--heavy-frame-nice", "x"), ("--heavy-frame-policy", "fifo"), ("--heavy-frame-policy", "")):
         with pytest.raises(ValueError, match=flag):
             from_args(parser.parse_args([flag, value]), env={})
     assert from_args(parser.parse_args(["--heavy-frame-nice", "3"]), env={}).heavy_frame_nice == 3
+    assert ServerConfig().heavy_frame_policy == "idle"
+    assert from_args(parser.parse_args(["--heavy-frame-policy", "nice"]), env={}).heavy_frame_policy == "nice"
+    assert from_args(None, env={"SAPGRID_HEAVY_FRAME_POLICY": "nice"}).heavy_frame_policy == "nice"
     with pytest.raises(ValueError):
         HeavyFrames(0, 10)
+    with pytest.raises(ValueError, match="policy"):
+        HeavyFrames(1, 10, policy="fifo")
 
 
 @pytest.mark.parametrize("created,deleted", [(0, 0), (5, 0), (0, 3), (2047, 2048), (2048, 2048), (5000, 0),
