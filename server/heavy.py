@@ -141,7 +141,7 @@ class HeavyFrames:
                 self._nudging.set()
 
     def _start_nudges(self) -> None:
-        cores = sorted(os.sched_getaffinity(0))
+        cores = sorted(os.sched_getaffinity(os.getpid()))    # the process's cores (a launching thread is pinned)
         started = [threading.Event() for _ in cores]
         for core, ready in zip(cores, started):
             threading.Thread(target=self._nudge, args=(core, ready), name=f"sapgrid-nudge-{core}",

@@ -233,9 +233,9 @@ def test_nudge_threads_wake_on_each_core_only_while_a_heavy_frame_runs():
         assert heavy.run(lambda: 1) == 1 and heavy.lowered        # the thread started, its priority lowered
         running = callers.submit(heavy.run, release.wait)
         deadline = time.monotonic() + 30
-        while len(heavy.nudge_ids) < len(os.sched_getaffinity(0)) and time.monotonic() < deadline:
+        cores = sorted(os.sched_getaffinity(os.getpid()))
+        while len(heavy.nudge_ids) < len(cores) and time.monotonic() < deadline:
             time.sleep(0.01)
-        cores = sorted(os.sched_getaffinity(0))
         assert sorted(heavy.nudge_ids) == cores
         for core, tid in heavy.nudge_ids.items():
             assert os.sched_getaffinity(tid) == {core}
