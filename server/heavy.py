@@ -98,16 +98,19 @@ class HeavyFrames:
         if not sys.platform.startswith("linux"):      # elsewhere PRIO_PROCESS of a thread id is not the thread
             log.warning("heavy frames run at the server's priority: lowering one thread's is Linux only")
             return
+        now = os.getpriority(os.PRIO_PROCESS, tid)
         try:
-            now = os.getpriority(os.PRIO_PROCESS, tid)
             os.setpriority(os.PRIO_PROCESS, tid, min(19, now + self.nice))
-            self.thread_nice = os.getpriority(os.PRIO_PROCESS, tid)
-            if self.policy == "idle":
-                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-            self.thread_policy = os.sched_getscheduler(tid)
-            self.lowered = self.thread_nice > now or self.thread_policy == os.SCHED_IDLE
         except OSError as exc:
-            log.warning("heavy frames run at the server's priority: lowering their thread's failed (%s)", exc)
+            log.warning("heavy frames run at the server's nice value: raising their thread's failed (%s)", exc)
+        if self.policy == "idle":
+            try:
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            except OSError as exc:
+                log.warning("heavy frames run without SCHED_IDLE: setting their thread's policy failed (%s)", exc)
+        self.thread_nice = os.getpriority(os.PRIO_PROCESS, tid)
+        self.thread_policy = os.sched_getscheduler(tid)
+        self.lowered = self.thread_nice > now or self.thread_policy == os.SCHED_IDLE
 
     def takes(self, objects: int) -> bool:
         """Whether a frame of a world of ``objects`` objects goes to the heavy-frame threads: a heavy world's

@@ -260,16 +260,29 @@ def test_nudge_threads_wake_on_each_core_only_while_a_heavy_frame_runs():
 
 def test_no_nudges_where_the_priority_could_not_be_lowered(monkeypatch):
     """A heavy-frame thread whose priority the OS refused to lower runs heavy frames at the server's priority,
-    and nothing nudges for it."""
+    and nothing nudges for it; refused SCHED_IDLE alone leaves the raised nice value (and the nudges)."""
+    _on_linux()
+
     def refused(*args):
         raise PermissionError("refused")
 
     monkeypatch.setattr(os, "setpriority", refused)
+    monkeypatch.setattr(os, "sched_setscheduler", refused)
     heavy = HeavyFrames(min_objects=1, nice=5, threads=1)
     try:
         assert heavy.run(lambda: os.sched_getscheduler(0)) == os.SCHED_OTHER
         assert heavy.run(lambda: 2) == 2
-        assert not heavy.lowered and heavy.nudge_ids == {}
+        assert not heavy.lowered and heavy.nudge_ids == {} and heavy.thread_policy == os.SCHED_OTHER
+    finally:
+        heavy.shutdown()
+    monkeypatch.undo()
+    monkeypatch.setattr(os, "sched_setscheduler", refused)
+    heavy = HeavyFrames(min_objects=1, nice=5, threads=1)
+    try:
+        base = os.getpriority(os.PRIO_PROCESS, 0)
+        assert heavy.run(lambda: (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0))) == (
+            os.SCHED_OTHER, min(19, base + 5))
+        assert heavy.lowered == (base < 19) and heavy.thread_policy == os.SCHED_OTHER
     finally:
         heavy.shutdown()
 
