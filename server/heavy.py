@@ -87,8 +87,13 @@ class HeavyFrames:
         self._busy = 0                              # heavy frames running on the threads now
         self._nudging = threading.Event()           # set while _busy (and the threads are lowered)
         self._closed = False
-        if sys.platform.startswith("linux"):
-            _ticks(0, 0)                            # compiled (or loaded) now, not at a first heavy frame
+        self._can_nudge = sys.platform.startswith("linux")
+        if self._can_nudge:
+            try:
+                _ticks(0, 0)                        # compiled (or loaded) now, not at a first heavy frame
+            except Exception as exc:  # noqa: BLE001 (the nudges only shorten waits: never a reason not to serve)
+                self._can_nudge = False
+                log.warning("heavy frames run without nudge threads: their loop could not be compiled (%s)", exc)
 
     def _lower(self) -> None:
         """At the thread's start: its nice value up by ``nice`` (at most 19) and, with the idle policy,
@@ -138,7 +143,7 @@ class HeavyFrames:
             self._busy += change
             if not self._busy:
                 self._nudging.clear()
-            elif self.lowered and not self._closed:
+            elif self.lowered and self._can_nudge and not self._closed:
                 if not self.nudge_ids:
                     self._start_nudges()
                 self._nudging.set()

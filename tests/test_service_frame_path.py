@@ -287,6 +287,25 @@ def test_no_nudges_where_the_priority_could_not_be_lowered(monkeypatch):
         heavy.shutdown()
 
 
+def test_heavy_frames_without_nudges_where_their_loop_cannot_be_built(monkeypatch, caplog):
+    """The nudges only shorten waits: where their compiled loop cannot be built, heavy frames still run
+    (lowered), without nudge threads, and the server says so."""
+    _on_linux()
+    from sapgrid.server import heavy as heavy_mod
+
+    def broken(us, n):
+        raise RuntimeError("no usleep here")
+
+    monkeypatch.setattr(heavy_mod, "_ticks", broken)
+    heavy = HeavyFrames(min_objects=1, nice=1, threads=1)
+    try:
+        assert heavy.run(lambda: 3) == 3 and heavy.run(lambda: 4) == 4
+        assert heavy.lowered and heavy.nudge_ids == {}
+        assert "without nudge threads" in caplog.text
+    finally:
+        heavy.shutdown()
+
+
 def test_heavy_frames_give_way_only_while_a_small_world_streams(monkeypatch):
     """A heavy world's frames go to the niced threads only within SMALL_ACTIVE_S of a small world's frame:
     alone, they run on their call's thread at the default priority."""
