@@ -12,6 +12,8 @@ from dataclasses import dataclass, fields
 from sapgrid import DEFAULT_ADDRESS
 
 MIB = 1 << 20
+#: --heavy-frame-policy's values (server/heavy.py): SCHED_IDLE plus the nice value, or the nice value alone
+HEAVY_FRAME_POLICIES = ("idle", "nice")
 
 
 @dataclass(frozen=True)
@@ -138,8 +140,9 @@ class ServerConfig:
             bad("heavy_frame_objects", "must be >= 0 (0: off)")
         if not 0 <= self.heavy_frame_nice <= 19:
             bad("heavy_frame_nice", "must be in [0, 19]")
-        if self.heavy_frame_policy not in ("idle", "nice"):
-            bad("heavy_frame_policy", f"must be idle or nice, got {self.heavy_frame_policy[:40]!r}")
+        if self.heavy_frame_policy not in HEAVY_FRAME_POLICIES:
+            bad("heavy_frame_policy", f"must be {' or '.join(HEAVY_FRAME_POLICIES)}, got "
+                                      f"{self.heavy_frame_policy[:40]!r}")
         from .cluster import from_config
         try:
             from_config(self.cluster_members, self.cluster_self)  # raises on a bad member list

@@ -37,12 +37,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from numba import njit, types
 
+from .config import HEAVY_FRAME_POLICIES as POLICIES
+
 log = logging.getLogger("sapgrid.server")
 
 #: seconds after a small world's last frame during which heavy worlds' frames still run on the lowered threads
 SMALL_ACTIVE_S = 1.0
-#: the heavy-frame threads' scheduling: SCHED_IDLE plus the nice value, or the nice value alone
-POLICIES = ("idle", "nice")
 #: how often a nudge thread wakes while heavy frames run on the heavy-frame threads
 NUDGE_S = 0.001
 #: wake-ups of a nudge thread between two looks at whether heavy frames still run (it holds no GIL meanwhile)
