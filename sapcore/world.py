@@ -185,12 +185,17 @@ class World:
     def _from_room(self, f) -> Delta:
         """Phases 3 to 8 of a frame whose phase 2 is done."""
         self._make_room(f)              # phase 3
-        if parallel.serial(self._max_threads, f.work, parallel.MIN_CELL_WORK) and not f.all_moved:
+        if self._cells_serial(f):
             created, deleted = self._pairs_serial(f)    # phases 4-7 in one call (falls back when it must)
         else:
             self._apply_cells(f)        # phases 4 and 5
             created, deleted = self._net_and_merge(f)   # phases 6 and 7
         return self._delta(f, created, deleted)
+
+    def _cells_serial(self, f) -> bool:
+        """Do the cells' SAPs run on the calling thread (phases 4-7 in one call, or the serial cell apply)?
+        Never with ``f.all_moved``: the serial paths read every staying box's flag, which it leaves unwritten."""
+        return parallel.serial(self._max_threads, f.work, parallel.MIN_CELL_WORK) and not f.all_moved
 
     def _delta(self, f, created, deleted) -> Delta:
         self._finish(f)                 # phase 8
@@ -450,7 +455,7 @@ class World:
                 objects.box.view(np.uint32), objects.cat, objects.mask, objects.static, sap.n, sap.base, bx_h, bx_pos,
                 ep_key, self._scratch, self._kscratch, ps.base, ps.n, ps.arrays[1], f.ev_key, f.ev_off, f.ev_n,
                 f.ev_plus, f.swaps)
-        if parallel.serial(self._max_threads, f.work, parallel.MIN_CELL_WORK) and not f.all_moved:
+        if self._cells_serial(f):
             ksap.cells_apply_serial(*args)
         else:
             with parallel.region(self._max_threads, f.work, parallel.MIN_CELL_WORK):
