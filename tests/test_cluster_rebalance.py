@@ -249,7 +249,13 @@ def test_rebalance_stops_when_the_new_replica_refuses_every_world(cluster3):
     c = cluster3
     old = list(c.members)
     new = f"127.0.0.1:{free_port()}"
-    names = [f"keep-{i}" for i in range(30)]
+    # 30 worlds or more, until at least three buckets of them go to the new replica (the ring depends on the
+    # members' ports: 30 names alone left only two such buckets in ~1% of runs, and nothing to stop at)
+    ring4, names, moving = Ring(old + [new]), [], set()
+    while len(names) < 30 or len(moving) < 3:
+        names.append(f"keep-{len(names)}")
+        if ring4.owner(names[-1]) == new:
+            moving.add(bucket(names[-1]))
     with Client(c.bind, timeout=30) as client:
         for n in names:
             client.create_world(n)
