@@ -59,13 +59,12 @@ _ONE = np.uint64(1)
 @njit(**NJIT_INLINE)
 def encode(bits):
     """Order-preserving uint32 of a finite float32 given by its bits (001 "float-to-int encoding"):
-    positive values get the sign bit set, negative ones are inverted; -0.0 encodes as +0.0."""
+    positive values get the sign bit set, negative ones are inverted; -0.0 encodes as +0.0. Without
+    branches: the sign bit, spread over the word, picks the xor mask; -0.0 (0x80000000) inverts to
+    0x7FFFFFFF, one below +0.0's code, and is lifted by one."""
     u = np.uint32(bits)
-    if u == np.uint32(0x80000000):
-        u = np.uint32(0)
-    if (u & np.uint32(0x80000000)) != 0:
-        return np.uint64(~u)
-    return np.uint64(u | np.uint32(0x80000000))
+    mask = np.uint32(np.int32(u) >> np.int32(31)) | np.uint32(0x80000000)
+    return np.uint64((u ^ mask) + np.uint32(u == np.uint32(0x80000000)))
 
 
 #: Up to this many boxes leaving a cell among few moved ones leave by a pass over each axis from their
@@ -325,37 +324,48 @@ def _move_endpoint(i, kv, few, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, 
 @njit(**NJIT_INLINE)
 def _sort_axis_fresh(a, n_ep, compact, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk, static, scratch,
                      tid, ev_key, eo, cap, cnt, sw):
-    """Step 2 with many moved boxes, axis a in one pass over its ``n_ep`` endpoints: each, left to right,
-    takes its box's current value (a box that did not move keeps its key) and moves left into the sorted
-    prefix (insertion sort, the rules at every min/max swap). With ``compact``, the endpoints of leaving
-    boxes (new slot -1 in ``scratch[tid, 0]``) are dropped in the same pass and the others get their new
-    slots and positions. The prefix's largest (value, is_max) stays in a register: the key just written
-    is never read back. Returns (event count, swaps)."""
-    lh = np.uint64(0)              # (value, is_max) of the prefix's largest key; the sentinel's is 0
-    w = 0
-    for i in range(1, n_ep + 1):
-        kk = ep_key[a, eb + i]
-        m = np.int64((kk >> _S31) & _ONE)
-        if compact:
-            ns = np.int64(scratch[tid, 0, np.int64(kk & SLOT_MASK)])
+    """Step 2 with many moved boxes, axis a: its ``n_ep`` endpoints take their boxes' current values (a box
+    that did not move keeps its key) and are insertion-sorted, the rules at every min/max swap. Two passes:
+    the first writes every endpoint's new key (independent loads, no branch; with ``compact``, the
+    endpoints of leaving boxes, new slot -1 in ``scratch[tid, 0]``, are dropped and the others get their
+    new slots and positions), the second moves each endpoint below its left neighbour left into place.
+    The same order, swaps and events as one pass that does both, endpoint by endpoint: a move only
+    touches the positions left of it, and the key it leaves on its right is the sorted prefix's largest.
+    Indices are unsigned in the first pass (numba checks a signed index for a negative value, which here
+    costs as much as the rest of the work). Returns (event count, swaps)."""
+    row = ep_key[a]
+    ub = np.uint64(base)
+    ua = np.uint64(a)
+    ud = np.uint64(dims)
+    w = np.uint64(eb)
+    if compact:
+        for i in range(eb + 1, eb + n_ep + 1):
+            kk = row[np.uint64(i)]
+            ns = scratch[tid, 0, kk & SLOT_MASK]
             if ns < 0:
                 continue
-            w += 1
-            low = (kk & (_ONE << _S31)) | np.uint64(ns)
-        else:
-            ns = np.int64(kk & SLOT_MASK)
-            w = i
-            low = kk & LOW32
-        h = bx_h[base + ns]
-        kv = (encode(boxes_u[h, a + m * dims]) << _S32) | low
+            w += _ONE
+            m = (kk >> _S31) & _ONE
+            h = bx_h[ub + np.uint64(ns)]
+            row[w] = (encode(boxes_u[np.uint64(h), ua + m * ud]) << _S32) | (kk & (_ONE << _S31)) | np.uint64(ns)
+            bx_pos[ub + np.uint64(ns), np.uint64(2) * ua + m] = w - np.uint64(eb)
+    else:
+        for i in range(eb + 1, eb + n_ep + 1):
+            kk = row[np.uint64(i)]
+            h = bx_h[ub + (kk & SLOT_MASK)]
+            row[np.uint64(i)] = (encode(boxes_u[np.uint64(h), ua + ((kk >> _S31) & _ONE) * ud]) << _S32) | (kk & LOW32)
+        w += np.uint64(n_ep)
+    n_w = np.int64(w) - eb
+    if n_w < 2:
+        return cnt, sw
+    lh = row[eb + 1] >> _S31      # (value, is_max) of the sorted prefix's largest key
+    for i in range(2, n_w + 1):
+        kv = row[eb + i]
         hv = kv >> _S31
-        if w > 1 and lh > hv:
-            cnt, sw = _move_endpoint(w, kv, False, 0, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static,
+        if lh > hv:
+            cnt, sw = _move_endpoint(i, kv, False, 0, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static,
                                      ev_key, eo, cap, cnt, sw)
         else:
-            ep_key[a, eb + w] = kv
-            if compact:
-                bx_pos[base + ns, 2 * a + m] = w
             lh = hv
     return cnt, sw
 
