@@ -175,44 +175,48 @@ def _ranges_listed(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, ne
     ``_AHEAD`` updates ahead are requested from memory. Without ``mark`` (the cells take every staying box
     as moved), only the flags of the updates that change cells are written."""
     n = upd_h.shape[0]
-    for i in range(n):
-        if big and i + _AHEAD < n:
-            ha = upd_h[i + _AHEAD]
+    for i_ in range(n):
+        i = np.uint64(i_)       # unsigned indices: numba checks a signed one for a negative value
+        if big and i_ + _AHEAD < n:
+            ha = upd_h[i_ + _AHEAD]
             prefetch_row(boxes, ha)
             if mark:
                 prefetch_flat(flag, ha)
         if same[i] == 2:        # the update keeps its box
             continue
-        h = upd_h[i]
+        h = np.uint64(upd_h[i])
         eq = True
-        for a in range(dims):
+        for a_ in range(dims):
+            a = np.uint64(a_)
             # ``_cell_span`` written out: calling it here made the small one-call frame 5-13% slower (100 to
             # 10,000 objects, interleaved), though it is inlined too; the old range (``big``) calls it
             c = C[a]
             lo = np.int64(np.floor(min(max((np.float64(upd_boxes[i, a]) - bmin[a]) * inv[a], -_CLAMP), _CLAMP)))
-            hi = np.int64(np.floor(min(max((np.float64(upd_boxes[i, dims + a]) - bmin[a]) * inv[a], -_CLAMP),
-                                       _CLAMP)))
+            hi = np.int64(np.floor(min(max((np.float64(upd_boxes[i, np.uint64(dims) + a]) - bmin[a]) * inv[a],
+                                           -_CLAMP), _CLAMP)))
             span = min(hi - lo, c - 1)
             if lo < 0 or lo >= c:       # outside the bounds: wrap
                 lo = lo % c
             newr[i, a] = lo
-            newr[i, 3 + a] = span
+            newr[i, np.uint64(3) + a] = span
             if big:
-                olo, ospan = _cell_span(rows[i, a], rows[i, dims + a], a, bmin, inv, C)
+                olo, ospan = _cell_span(rows[i, a], rows[i, np.uint64(dims) + a], a_, bmin, inv, C)
                 eq &= (olo == lo) & (ospan == span)
             else:
-                eq &= (crange[h, a] == lo) & (crange[h, 3 + a] == span)
-        for a in range(dims, 3):
+                eq &= (crange[h, a] == lo) & (crange[h, np.uint64(3) + a] == span)
+        for a_ in range(dims, 3):
+            a = np.uint64(a_)
             newr[i, a] = 0
-            newr[i, 3 + a] = 0
+            newr[i, np.uint64(3) + a] = 0
             if not big:
-                eq &= (crange[h, a] == 0) & (crange[h, 3 + a] == 0)
+                eq &= (crange[h, a] == 0) & (crange[h, np.uint64(3) + a] == 0)
         same[i] = 1 if eq else 0
         if not eq:
             flag[h] = FLAG_MOVED_CELLS
         elif mark:
             flag[h] = FLAG_MOVED
-        for a in range(2 * dims):
+        for a_ in range(2 * dims):
+            a = np.uint64(a_)
             boxes[h, a] = upd_boxes[i, a]
             rows[i, a] = upd_boxes[i, a]
 

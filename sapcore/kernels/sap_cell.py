@@ -138,17 +138,19 @@ def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key,
     cx = c // (C[1] * C[2])
     k = 0
     moved = 0
+    ub = np.uint64(base)
     for s in range(n):
-        h = bx_h[base + s]
-        if leaves_cell(flag, crange, h, cx, cy, cz, C):
-            scratch[tid, 0, s] = -1
-            scratch[tid, 2, k] = s                      # the leaving boxes' slots, in order
+        us = np.uint64(s)
+        h = np.uint64(bx_h[ub + us])
+        f = flag[h]
+        if f == FLAG_REMOVED or (f == FLAG_MOVED_CELLS and not in_crange(crange, h, cx, cy, cz, C)):
+            scratch[tid, 0, us] = -1
+            scratch[tid, 2, np.uint64(k)] = s           # the leaving boxes' slots, in order
             k += 1
         else:
-            scratch[tid, 0, s] = s - k
-            f = flag[h]
+            scratch[tid, 0, us] = s - k
             if all_moved or f == FLAG_MOVED or f == FLAG_MOVED_CELLS:
-                scratch[tid, 1, moved] = s
+                scratch[tid, 1, np.uint64(moved)] = s
                 moved += 1
     if k == 0:
         return n, moved, cnt, False
@@ -261,16 +263,16 @@ def _swap_event(es, ps, em, step, base, dims, a, bx_h, bx_pos, cat, msk, static,
     overlap on this axis; the other axes are tested by positions (their current order), without branches
     (the outcome is unpredictable). A min passing a max leftwards (or a max passing a min rightwards)
     starts an overlap on this axis; the two other cases end one."""
-    b1 = 1 if a == 0 else 0         # the other axes (dims is 2 or 3)
-    b2 = 1 if a == 2 else 2
-    qe = base + es
-    qp = base + ps
-    ok = (bx_pos[qe, 2 * b1] < bx_pos[qp, 2 * b1 + 1]) & (bx_pos[qp, 2 * b1] < bx_pos[qe, 2 * b1 + 1])
+    b1 = np.uint64(2) if a == 0 else np.uint64(0)    # the other axes' first columns (dims is 2 or 3)
+    b2 = np.uint64(2) if a == 2 else np.uint64(4)
+    qe = np.uint64(base + es)
+    qp = np.uint64(base + ps)
+    ok = (bx_pos[qe, b1] < bx_pos[qp, b1 + _ONE]) & (bx_pos[qp, b1] < bx_pos[qe, b1 + _ONE])
     if dims == 3:
-        ok = ok & ((bx_pos[qe, 2 * b2] < bx_pos[qp, 2 * b2 + 1]) & (bx_pos[qp, 2 * b2] < bx_pos[qe, 2 * b2 + 1]))
+        ok = ok & ((bx_pos[qe, b2] < bx_pos[qp, b2 + _ONE]) & (bx_pos[qp, b2] < bx_pos[qe, b2 + _ONE]))
     if ok:
-        ha = bx_h[base + es]
-        hb = bx_h[base + ps]
+        ha = bx_h[qe]
+        hb = bx_h[qp]
         if pair_allowed(cat, msk, static, ha, hb):
             key = pair_key(ha, hb)
             if (em == 0) != (step < 0):
@@ -283,41 +285,46 @@ def _swap_event(es, ps, em, step, base, dims, a, bx_h, bx_pos, cat, msk, static,
 def _move_endpoint(i, kv, few, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static, ev_key, eo, cap,
                    cnt, sw):
     """Move the endpoint at position i of axis a, whose key is kv, left (or, with ``few``, right) to its
-    place, applying the rules at every min/max swap. Returns (event count, swaps)."""
+    place, applying the rules at every min/max swap. Returns (event count, swaps). (Unsigned indices: see
+    ``_sort_axis_fresh``.)"""
     hv = kv >> _S31
     em = np.int64(hv & _ONE)
     es = np.int64(kv & SLOT_MASK)
-    pk = ep_key[a, eb + i - 1]
+    row = ep_key[a]
+    ueb = np.uint64(eb)
+    ub = np.uint64(base)
+    a2 = np.uint64(2 * a)
+    pk = row[ueb + np.uint64(i - 1)]
     if (pk >> _S31) > hv:
         step = -1
-    elif few and i < 2 * n and (ep_key[a, eb + i + 1] >> _S31) < hv:
+    elif few and i < 2 * n and (row[ueb + np.uint64(i + 1)] >> _S31) < hv:
         step = 1
-        pk = ep_key[a, eb + i + 1]
+        pk = row[ueb + np.uint64(i + 1)]
     else:
         return cnt, sw
     j = i + step
     while True:
         ps = np.int64(pk & SLOT_MASK)
-        pm = np.int64((pk >> _S31) & _ONE)
-        if pm != em:
+        pm = (pk >> _S31) & _ONE
+        if pm != np.uint64(em):
             cnt = _swap_event(es, ps, em, step, base, dims, a, bx_h, bx_pos, cat, msk, static, ev_key, eo, cap,
                               cnt)
-        ep_key[a, eb + j - step] = pk
-        bx_pos[base + ps, 2 * a + pm] = j - step
+        row[ueb + np.uint64(j - step)] = pk
+        bx_pos[ub + np.uint64(ps), a2 + pm] = j - step
         sw += 1
         j += step
         if step < 0:
-            pk = ep_key[a, eb + j]
+            pk = row[ueb + np.uint64(j)]
             if not ((pk >> _S31) > hv):
                 break
         else:
             if j > 2 * n:
                 break
-            pk = ep_key[a, eb + j]
+            pk = row[ueb + np.uint64(j)]
             if not ((pk >> _S31) < hv):
                 break
-    ep_key[a, eb + j - step] = kv
-    bx_pos[base + es, 2 * a + em] = j - step
+    row[ueb + np.uint64(j - step)] = kv
+    bx_pos[ub + np.uint64(es), a2 + np.uint64(em)] = j - step
     return cnt, sw
 
 
