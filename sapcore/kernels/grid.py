@@ -26,9 +26,19 @@ _CLAMP = 4.0e18
 
 @njit(**NJIT_INLINE)
 def in_crange(crange, h, x, y, z, C):
-    """Is cell (x, y, z) one of the cells of object h's range ``crange[h]`` (wrapped)?"""
-    return ((x - crange[h, 0]) % C[0] <= crange[h, 3] and (y - crange[h, 1]) % C[1] <= crange[h, 4]
-            and (z - crange[h, 2]) % C[2] <= crange[h, 5])
+    """Is cell (x, y, z) one of the cells of object h's range ``crange[h]`` (wrapped)? Both the cell and
+    the range's first cell are in [0, C) on each axis, so their wrapped distance needs one addition of
+    C at most, not a division."""
+    dx = x - crange[h, 0]
+    dy = y - crange[h, 1]
+    dz = z - crange[h, 2]
+    if dx < 0:
+        dx += C[0]
+    if dy < 0:
+        dy += C[1]
+    if dz < 0:
+        dz += C[2]
+    return dx <= crange[h, 3] and dy <= crange[h, 4] and dz <= crange[h, 5]
 
 
 @njit(**NJIT_INLINE)

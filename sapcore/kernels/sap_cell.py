@@ -86,19 +86,23 @@ def pair_allowed(cat, msk, static, a, b):
 @njit(**NJIT_INLINE)
 def leaves_cell(flag, crange, h, cx, cy, cz, C):
     """Does object h leave cell (cx, cy, cz) in this frame (removed, or moved to cells without it)?"""
-    f = flag[h]
-    return f == FLAG_REMOVED or (f == FLAG_MOVED_CELLS and not in_crange(crange, h, cx, cy, cz, C))
+    uh = np.uint64(h)           # unsigned indices: see ``_sort_axis_fresh``
+    f = flag[uh]
+    return f == FLAG_REMOVED or (f == FLAG_MOVED_CELLS and not in_crange(crange, uh, cx, cy, cz, C))
 
 
 @njit(**NJIT_INLINE)
 def _overlap_others(bx_pos, base, s, t, dims, skip):
     """Do local boxes s and t overlap on every axis but ``skip`` (-1: every axis), by endpoint
-    positions? (Inlined: no call, no reference counting of the arrays.)"""
+    positions? (Inlined: no call, no reference counting of the arrays; unsigned indices, see
+    ``_sort_axis_fresh``.)"""
+    qs = np.uint64(base + s)
+    qt = np.uint64(base + t)
     for b in range(dims):
         if b == skip:
             continue
-        if not (bx_pos[base + s, 2 * b] < bx_pos[base + t, 2 * b + 1]
-                and bx_pos[base + t, 2 * b] < bx_pos[base + s, 2 * b + 1]):
+        c0 = np.uint64(2 * b)
+        if not (bx_pos[qs, c0] < bx_pos[qt, c0 + _ONE] and bx_pos[qt, c0] < bx_pos[qs, c0 + _ONE]):
             return False
     return True
 
@@ -157,20 +161,22 @@ def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key,
     # the cell's pairs that involve a leaving box are removed
     pb = cell_pm_base[c] // 2
     for p in range(cell_pm_n[c]):
-        key = pm_keys[pb + p]
-        if (leaves_cell(flag, crange, np.int64(key >> _S32), cx, cy, cz, C)
-                or leaves_cell(flag, crange, np.int64(key & LOW32), cx, cy, cz, C)):
+        key = pm_keys[np.uint64(pb + p)]
+        if (leaves_cell(flag, crange, key >> _S32, cx, cy, cz, C)
+                or leaves_cell(flag, crange, key & LOW32, cx, cy, cz, C)):
             cnt = _emit(ev_key, eo, cap, cnt, key | EVENT_REMOVED)
     if moved > 0 and 4 * moved >= n - k:
         # many moved boxes: the axes are compacted by the pass that sorts them (``_sort_axis_fresh``); here
         # only the boxes' rows move to their new slots (their positions keep the old, uncompacted numbers,
         # which order the remaining endpoints as before: all the swap rules compare)
         for s in range(n):
-            ns = scratch[tid, 0, s]
+            ns = scratch[tid, 0, np.uint64(s)]
             if ns >= 0 and ns != s:
-                bx_h[base + ns] = bx_h[base + s]
+                qn = ub + np.uint64(ns)
+                qs = ub + np.uint64(s)
+                bx_h[qn] = bx_h[qs]
                 for j in range(2 * dims):
-                    bx_pos[base + ns, j] = bx_pos[base + s, j]
+                    bx_pos[qn, np.uint64(j)] = bx_pos[qs, np.uint64(j)]
         return n - k, moved, cnt, True
     if k > _LEAVING_FEW:
         # many leaving boxes: every axis compacted in one pass, slots renumbered densely
@@ -415,37 +421,45 @@ def _update_moved(moved, n, n_old, compact, base, eb, dims, bx_h, bx_pos, ep_key
 @njit(**NJIT_INLINE)
 def _merge_entering(kn, e0, n, base, eb, dims, ent_h, bx_h, bx_pos, ep_key, boxes_u, kscratch, tid):
     """Step 3a: the entering boxes take slots n.., their endpoints sorted and merged into each axis from
-    the back (one pass)."""
+    the back (one pass). Unsigned indices (see ``_sort_axis_fresh``)."""
+    ub = np.uint64(base)
+    un = np.uint64(n)
+    ud = np.uint64(dims)
     for i in range(kn):
-        bx_h[base + n + i] = ent_h[e0 + i]
+        bx_h[ub + un + np.uint64(i)] = ent_h[np.uint64(e0 + i)]
     m2 = 2 * kn
+    ks = kscratch[tid]
     for a in range(dims):
+        ua = np.uint64(a)
+        a2 = np.uint64(2 * a)
         # the new endpoints' keys, sorted, in this thread's workspace
         for i in range(kn):
-            h = ent_h[e0 + i]
-            kscratch[tid, i] = (encode(boxes_u[h, a]) << _S32) | np.uint64(n + i)
-            kscratch[tid, kn + i] = (encode(boxes_u[h, dims + a]) << _S32) | (_ONE << _S31) | np.uint64(n + i)
+            h = np.uint64(ent_h[np.uint64(e0 + i)])
+            slot = un + np.uint64(i)
+            ks[np.uint64(i)] = (encode(boxes_u[h, ua]) << _S32) | slot
+            ks[np.uint64(kn + i)] = (encode(boxes_u[h, ud + ua]) << _S32) | (_ONE << _S31) | slot
         if m2 <= 64:
             _insertion_sort(kscratch, tid, m2)
         else:
             kscratch[tid, :m2].sort()
         # reverse merge into the axis: walk both sorted lists from their ends
+        row = ep_key[a]
         io = 2 * n
         w = 2 * (n + kn)
         for r in range(m2 - 1, -1, -1):
-            xk = kscratch[tid, r]
+            xk = ks[np.uint64(r)]
             xh = xk >> _S31
             while True:
-                ok_ = ep_key[a, eb + io]
+                ok_ = row[np.uint64(eb + io)]
                 if io > 0 and (ok_ >> _S31) > xh:
-                    ep_key[a, eb + w] = ok_
-                    bx_pos[base + np.int64(ok_ & SLOT_MASK), 2 * a + np.int64((ok_ >> _S31) & _ONE)] = w
+                    row[np.uint64(eb + w)] = ok_
+                    bx_pos[ub + (ok_ & SLOT_MASK), a2 + ((ok_ >> _S31) & _ONE)] = w
                     io -= 1
                     w -= 1
                 else:
                     break
-            ep_key[a, eb + w] = xk
-            bx_pos[base + np.int64(xk & SLOT_MASK), 2 * a + np.int64((xk >> _S31) & _ONE)] = w
+            row[np.uint64(eb + w)] = xk
+            bx_pos[ub + (xk & SLOT_MASK), a2 + ((xk >> _S31) & _ONE)] = w
             w -= 1
 
 
@@ -453,11 +467,14 @@ def _merge_entering(kn, e0, n, base, eb, dims, ent_h, bx_h, bx_pos, ep_key, boxe
 def _pairs_of_few_entering(n_old, n, base, dims, bx_h, bx_pos, cat, msk, static, ev_key, eo, cap, cnt):
     """Step 3b, a few entering boxes: each is tested against every box before it, by positions on every
     axis (no sweep over the whole axis)."""
+    ub = np.uint64(base)
     for s in range(n_old, n):
-        hs = bx_h[base + s]
+        hs = bx_h[ub + np.uint64(s)]
         for tt in range(s):
-            if _overlap_others(bx_pos, base, s, tt, dims, -1) and pair_allowed(cat, msk, static, hs, bx_h[base + tt]):
-                cnt = _emit(ev_key, eo, cap, cnt, pair_key(hs, bx_h[base + tt]))
+            if _overlap_others(bx_pos, base, s, tt, dims, -1):
+                ht = bx_h[ub + np.uint64(tt)]
+                if pair_allowed(cat, msk, static, hs, ht):
+                    cnt = _emit(ev_key, eo, cap, cnt, pair_key(hs, ht))
     return cnt
 
 
