@@ -64,9 +64,9 @@ def _row_range(src, k, dims, bmin, inv, C, newr, i):
         lo = 0
         span = 0
         if a < dims:
-            lo, span = _cell_span(src[k, a], src[k, dims + a], a, bmin, inv, C)
-        newr[i, a] = lo
-        newr[i, 3 + a] = span
+            lo, span = _cell_span(src[k, np.uint64(a)], src[k, np.uint64(dims + a)], a, bmin, inv, C)
+        newr[i, np.uint64(a)] = lo
+        newr[i, np.uint64(3 + a)] = span
 
 
 @njit(**NJIT_INLINE)
@@ -81,28 +81,29 @@ def _update_range(i, dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, 
             prefetch_flat(flag, ha)
         if row_mode == 2:
             prefetch_flat(lastpos, ha)
-    h = upd_h[i]
+    h = np.uint64(upd_h[i])     # unsigned indices: numba checks a signed one for a negative value
+    ui = np.uint64(i)
     if row_mode == 2:
         lastpos[h] = i
         if fill:
             for a in range(2 * dims):
-                rows[i, a] = upd_boxes[i, a]
-    if same[i] == 2:        # the update keeps its box: nothing else to do for it
+                rows[ui, np.uint64(a)] = upd_boxes[ui, np.uint64(a)]
+    if same[ui] == 2:       # the update keeps its box: nothing else to do for it
         return
-    _row_range(upd_boxes, i, dims, bmin, inv, C, newr, i)
+    _row_range(upd_boxes, ui, dims, bmin, inv, C, newr, ui)
     eq = True
     for a in range(6):
-        eq = eq & (crange[h, a] == newr[i, a])
-    same[i] = 1 if eq else 0
+        eq = eq & (crange[h, np.uint64(a)] == newr[ui, np.uint64(a)])
+    same[ui] = 1 if eq else 0
     if not eq:
         flag[h] = FLAG_MOVED_CELLS
     elif mark:
         flag[h] = FLAG_MOVED
     for a in range(2 * dims):
-        boxes[h, a] = upd_boxes[i, a]
+        boxes[h, np.uint64(a)] = upd_boxes[ui, np.uint64(a)]
     if by_row:
         for a in range(2 * dims):
-            rows[i, a] = upd_boxes[i, a]
+            rows[ui, np.uint64(a)] = upd_boxes[ui, np.uint64(a)]
 
 
 @njit(**NJIT_INLINE)

@@ -29,40 +29,40 @@ def cell_net(ev_key, eo, cnt, pm_slots, pm_keys, pm_flag, sb, cap, n):
     pb = sb // 2
     w = 0
     for r in range(cnt):
-        ek = ev_key[eo + r]
+        ek = ev_key[np.uint64(eo + r)]
         key = ek & KEY_MASK
         if (ek & EVENT_REMOVED) == 0:
             p = pair_set_find(pm_slots, pm_keys, sb, cap, pb, key)
             if p >= 0:
-                pm_flag[pb + p] |= ACTIVE          # removed earlier in this frame: revived
+                pm_flag[np.uint64(pb + p)] |= ACTIVE          # removed earlier in this frame: revived
             else:
                 n = pair_set_insert(pm_slots, pm_keys, pm_flag, sb, cap, pb, n, key, ACTIVE | NEW)
-                ev_key[eo + w] = key
+                ev_key[np.uint64(eo + w)] = key
                 w += 1
         else:
             i = pair_set_find_slot(pm_slots, pm_keys, sb, cap, pb, key)
-            p = pm_slots[sb + i]
-            if (pm_flag[pb + p] & NEW) != 0:
+            p = pm_slots[np.uint64(sb + i)]
+            if (pm_flag[np.uint64(pb + p)] & NEW) != 0:
                 n = pair_set_remove_slot(pm_slots, pm_keys, pm_flag, sb, cap, pb, n, i)
             else:
-                pm_flag[pb + p] = 0
-                ev_key[eo + w] = key
+                pm_flag[np.uint64(pb + p)] = 0
+                ev_key[np.uint64(eo + w)] = key
                 w += 1
     o = 0
     for r in range(w):
-        key = ev_key[eo + r]
+        key = ev_key[np.uint64(eo + r)]
         i = pair_set_find_slot(pm_slots, pm_keys, sb, cap, pb, key)
         if i < 0:
             continue
-        p = pm_slots[sb + i]
-        f = pm_flag[pb + p]
+        p = pm_slots[np.uint64(sb + i)]
+        f = pm_flag[np.uint64(pb + p)]
         if (f & ACTIVE) == 0:
             n = pair_set_remove_slot(pm_slots, pm_keys, pm_flag, sb, cap, pb, n, i)
-            ev_key[eo + o] = key | EVENT_REMOVED
+            ev_key[np.uint64(eo + o)] = key | EVENT_REMOVED
             o += 1
         elif (f & NEW) != 0:
-            pm_flag[pb + p] = ACTIVE
-            ev_key[eo + o] = key
+            pm_flag[np.uint64(pb + p)] = ACTIVE
+            ev_key[np.uint64(eo + o)] = key
             o += 1
     return n, o
 
@@ -215,13 +215,14 @@ def merge_events(events, lo, m, g_slots, g_keys, g_cnt, sb, cap, pb, gn, ch_key,
         # the slot of the event _AHEAD2 ahead is requested from memory, and the pair (key, count) of
         # the event _AHEAD1 ahead, whose slot is at hand by then
         if prefetch and r + _AHEAD2 < m:
-            prefetch_flat(g_slots, sb + np.int64(hash_u64(events[lo + r + _AHEAD2] & KEY_MASK) & mask))
+            ka = events[np.uint64(lo + r + _AHEAD2)] & KEY_MASK
+            prefetch_flat(g_slots, sb + np.int64(hash_u64(ka) & mask))
         if prefetch and r + _AHEAD1 < m:
-            q = g_slots[sb + np.int64(hash_u64(events[lo + r + _AHEAD1] & KEY_MASK) & mask)]
+            q = g_slots[sb + np.int64(hash_u64(events[np.uint64(lo + r + _AHEAD1)] & KEY_MASK) & mask)]
             if q >= 0:
                 prefetch_flat(g_keys, pb + q)
                 prefetch_flat(g_cnt, pb + q)
-        ek = events[lo + r]
+        ek = events[np.uint64(lo + r)]
         key = ek & KEY_MASK
         p = pair_set_find(g_slots, g_keys, sb, cap, pb, key)
         if p < 0:
@@ -231,32 +232,32 @@ def merge_events(events, lo, m, g_slots, g_keys, g_cnt, sb, cap, pb, gn, ch_key,
             ch_orig[nc] = 0
             ch_p[nc] = p
             nc += 1
-        elif (g_cnt[pb + p] & _TOUCH) == 0:
+        elif (g_cnt[np.uint64(pb + p)] & _TOUCH) == 0:
             ch_key[nc] = key
-            ch_orig[nc] = g_cnt[pb + p]
+            ch_orig[nc] = g_cnt[np.uint64(pb + p)]
             ch_p[nc] = p
             nc += 1
-            g_cnt[pb + p] |= _TOUCH
+            g_cnt[np.uint64(pb + p)] |= _TOUCH
         if (ek & EVENT_REMOVED) != 0:
-            g_cnt[pb + p] -= 1
+            g_cnt[np.uint64(pb + p)] -= 1
         else:
-            g_cnt[pb + p] += 1
+            g_cnt[np.uint64(pb + p)] += 1
     # the pairs' indices are still valid here: nothing has been removed yet
     ncr = 0
     nde = 0
     nz = 0
     for r in range(nc):
         p = ch_p[r]
-        now = g_cnt[pb + p] & ~_TOUCH
-        g_cnt[pb + p] = now
+        now = g_cnt[np.uint64(pb + p)] & ~_TOUCH
+        g_cnt[np.uint64(pb + p)] = now
         if now == 0:
             ch_key[nz] = ch_key[r]          # removed below (r >= nz: in place is safe)
             nz += 1
             if ch_orig[r] > 0:
-                deleted[d0 + nde] = ch_key[r]
+                deleted[np.uint64(d0 + nde)] = ch_key[r]
                 nde += 1
         elif ch_orig[r] == 0:
-            created[c0 + ncr] = ch_key[r]
+            created[np.uint64(c0 + ncr)] = ch_key[r]
             ncr += 1
     for r in range(nz):
         i = pair_set_find_slot(g_slots, g_keys, sb, cap, pb, ch_key[r])

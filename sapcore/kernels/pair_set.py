@@ -9,6 +9,9 @@ Layout of one pair set (it may live inside a larger arena, hence the base offset
 Linear probing after a Murmur finalizer; removal uses backward shift (no tombstones) and moves the
 last pair into the hole, so the active pairs always form one contiguous array (Terdiman 001 §6,
 Box2D ``b2RemoveKey``). The owner keeps the load factor at or below 1/2 (``cap >= 2 * n``).
+
+Indices into the arrays are cast to unsigned: numba checks every signed index for a negative value (and
+wraps it around), which in these probe loops costs about as much as the probe.
 """
 import numpy as np
 
@@ -22,10 +25,10 @@ def pair_set_find_slot(slots, keys, sb, cap, pb, key):
     mask = cap - 1
     i = np.int64(hash_u64(key) & np.uint64(mask))
     while True:
-        p = slots[sb + i]
+        p = slots[np.uint64(sb + i)]
         if p < 0:
             return -1
-        if keys[pb + p] == key:
+        if keys[np.uint64(pb + p)] == key:
             return i
         i = (i + 1) & mask
 
@@ -38,7 +41,7 @@ def pair_set_find(slots, keys, sb, cap, pb, key):
     i = pair_set_find_slot(slots, keys, sb, cap, pb, key)
     if i < 0:
         return -1
-    return slots[sb + i]
+    return slots[np.uint64(sb + i)]
 
 
 @njit(**NJIT_INLINE)
@@ -46,11 +49,11 @@ def pair_set_insert(slots, keys, pay, sb, cap, pb, n, key, value):
     """Append ``key`` (known to be absent) with payload ``value``; returns the new count n + 1."""
     mask = cap - 1
     i = np.int64(hash_u64(key) & np.uint64(mask))
-    while slots[sb + i] >= 0:
+    while slots[np.uint64(sb + i)] >= 0:
         i = (i + 1) & mask
-    slots[sb + i] = n
-    keys[pb + n] = key
-    pay[pb + n] = value
+    slots[np.uint64(sb + i)] = n
+    keys[np.uint64(pb + n)] = key
+    pay[np.uint64(pb + n)] = value
     return n + 1
 
 
@@ -58,32 +61,32 @@ def pair_set_insert(slots, keys, pay, sb, cap, pb, n, key, value):
 def pair_set_remove_slot(slots, keys, pay, sb, cap, pb, n, i):
     """Remove the pair held by slot position ``i``; returns the new count n - 1."""
     mask = cap - 1
-    p = slots[sb + i]
+    p = slots[np.uint64(sb + i)]
     # backward-shift deletion: pull later entries of the probe run into the hole
     j = i
     while True:
         j = (j + 1) & mask
-        q = slots[sb + j]
+        q = slots[np.uint64(sb + j)]
         if q < 0:
             break
-        home = np.int64(hash_u64(keys[pb + q]) & np.uint64(mask))
+        home = np.int64(hash_u64(keys[np.uint64(pb + q)]) & np.uint64(mask))
         # move q back to i unless its home lies cyclically in (i, j]
         if i <= j:
             stays = i < home <= j
         else:
             stays = home > i or home <= j
         if not stays:
-            slots[sb + i] = q
+            slots[np.uint64(sb + i)] = q
             i = j
-    slots[sb + i] = -1
+    slots[np.uint64(sb + i)] = -1
     # keep the pair array dense: move the last pair into the hole
     last = n - 1
     if p != last:
-        lk = keys[pb + last]
+        lk = keys[np.uint64(pb + last)]
         s = pair_set_find_slot(slots, keys, sb, cap, pb, lk)
-        slots[sb + s] = p
-        keys[pb + p] = lk
-        pay[pb + p] = pay[pb + last]
+        slots[np.uint64(sb + s)] = p
+        keys[np.uint64(pb + p)] = lk
+        pay[np.uint64(pb + p)] = pay[np.uint64(pb + last)]
     return last
 
 
@@ -91,10 +94,10 @@ def pair_set_remove_slot(slots, keys, pay, sb, cap, pb, n, i):
 def pair_set_rehash(slots, keys, sb, cap, pb, n):
     """Rebuild the slot table of a pair set from its dense pair array."""
     for i in range(cap):
-        slots[sb + i] = -1
+        slots[np.uint64(sb + i)] = -1
     mask = cap - 1
     for p in range(n):
-        i = np.int64(hash_u64(keys[pb + p]) & np.uint64(mask))
-        while slots[sb + i] >= 0:
+        i = np.int64(hash_u64(keys[np.uint64(pb + p)]) & np.uint64(mask))
+        while slots[np.uint64(sb + i)] >= 0:
             i = (i + 1) & mask
-        slots[sb + i] = p
+        slots[np.uint64(sb + i)] = p
