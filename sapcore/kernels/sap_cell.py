@@ -84,11 +84,16 @@ def pair_allowed(cat, msk, static, a, b):
 
 
 @njit(**NJIT_INLINE)
+def leaves_with_flag(f, crange, h, cx, cy, cz, C):
+    """``leaves_cell`` for object h (unsigned) whose frame flag ``f`` the caller has read already."""
+    return f == FLAG_REMOVED or (f == FLAG_MOVED_CELLS and not in_crange(crange, h, cx, cy, cz, C))
+
+
+@njit(**NJIT_INLINE)
 def leaves_cell(flag, crange, h, cx, cy, cz, C):
     """Does object h leave cell (cx, cy, cz) in this frame (removed, or moved to cells without it)?"""
     uh = np.uint64(h)           # unsigned indices: see ``_sort_axis_fresh``
-    f = flag[uh]
-    return f == FLAG_REMOVED or (f == FLAG_MOVED_CELLS and not in_crange(crange, uh, cx, cy, cz, C))
+    return leaves_with_flag(flag[uh], crange, uh, cx, cy, cz, C)
 
 
 @njit(**NJIT_INLINE)
@@ -146,8 +151,8 @@ def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key,
     for s in range(n):
         us = np.uint64(s)
         h = np.uint64(bx_h[ub + us])
-        f = flag[h]
-        if f == FLAG_REMOVED or (f == FLAG_MOVED_CELLS and not in_crange(crange, h, cx, cy, cz, C)):
+        f = flag[h]             # read once: for the leaving rule and for the moved boxes
+        if leaves_with_flag(f, crange, h, cx, cy, cz, C):
             scratch[tid, 0, us] = -1
             scratch[tid, 2, np.uint64(k)] = s           # the leaving boxes' slots, in order
             k += 1
