@@ -378,6 +378,7 @@ class World:
                                 fresh)
         if f.na:
             objects.admit(f.add, f.add_h, f.add_cat, f.add_msk, f.add_static)
+        f.old_rows = self.update_list.rows          # the last list's boxes by row (``_rasterize``), or None
         f.list_rows, f.row_mode = self.update_list.remember(f.upd, f.upd_h, f.upd_boxes, f.resolved.lookups, f.nr,
                                                             f.add, f.add_h, f.add_boxes, True, objects)
 
@@ -407,9 +408,10 @@ class World:
                                          objects.flag, f.upd_h, f.upd_boxes, newr, f.same, f.list_rows,
                                          self._max_threads, mark)
             else:
+                old_rows = NO_ROWS if f.old_rows is None else f.old_rows
                 kgrid.grid_ranges(self.dims, self._bmin, self._inv, self._C, objects.box, objects.crange,
                                   objects.flag, f.upd_h, f.upd_boxes, f.add_h, f.add_boxes, newr, f.same, f.list_rows,
-                                  f.row_mode, objects.lastpos, mark)
+                                  f.row_mode, objects.lastpos, mark, old_rows, f.resolved.row_of)
         # when most objects move, every occupied cell is touched: cheaper than touching cell by cell
         dense = 2 * (f.moving + f.nr) >= f.live
         f.touched, f.ent_off, f.ent_h = kgrid.grid_rasterize(

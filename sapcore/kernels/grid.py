@@ -71,12 +71,18 @@ def _row_range(src, k, dims, bmin, inv, C, newr, i):
 
 @njit(**NJIT_INLINE)
 def _update_range(i, dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, row_mode,
-                  lastpos, by_row, fill, mark):
-    """Update row i of ``grid_ranges``."""
+                  lastpos, by_row, fill, mark, old_rows, row_of, by_old):
+    """Update row i of ``grid_ranges``. ``by_old``: the old cell range of an update on the last list is
+    computed from its box there, ``old_rows[row_of[i]]`` (read nearly in order: the new list mostly
+    follows the last one), instead of read from ``crange`` by handle (a line of memory a row, scattered)."""
+    p = np.int64(-1)
+    if by_old:
+        p = row_of[i]
     if i + _AHEAD < upd_h.shape[0]:
         ha = upd_h[i + _AHEAD]
         prefetch_row(boxes, ha)
-        prefetch_row(crange, ha)
+        if not by_old or row_of[i + _AHEAD] < 0:
+            prefetch_row(crange, ha)
         if mark:
             prefetch_flat(flag, ha)
         if row_mode == 2:
@@ -92,8 +98,14 @@ def _update_range(i, dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, 
         return
     _row_range(upd_boxes, ui, dims, bmin, inv, C, newr, ui)
     eq = True
-    for a in range(6):
-        eq = eq & (crange[h, np.uint64(a)] == newr[ui, np.uint64(a)])
+    if p >= 0:      # an object's range is its box's (the axes past dims are 0 in both)
+        up = np.uint64(p)
+        for a in range(dims):
+            olo, ospan = _cell_span(old_rows[up, np.uint64(a)], old_rows[up, np.uint64(dims + a)], a, bmin, inv, C)
+            eq = eq & (olo == newr[ui, np.uint64(a)]) & (ospan == newr[ui, np.uint64(3 + a)])
+    else:
+        for a in range(6):
+            eq = eq & (crange[h, np.uint64(a)] == newr[ui, np.uint64(a)])
     same[ui] = 1 if eq else 0
     if not eq:
         flag[h] = FLAG_MOVED_CELLS
@@ -126,7 +138,7 @@ def _add_range(k, nu, dims, bmin, inv, C, boxes, crange, flag, add_h, add_boxes,
 
 @njit(**NJIT_PARALLEL)
 def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, newr, same,
-                rows, row_mode, lastpos, mark):
+                rows, row_mode, lastpos, mark, old_rows, row_of):
     """First rasterize pass, in parallel over the frame's updates, then its adds.
 
     New cell ranges go to ``newr`` (rows [0, nu) updates, [nu, nu + na) adds). ``same[i]`` is 2 on entry
@@ -139,20 +151,23 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
     The list that guides the next frame (the updates, then the adds; see ``World._remember_order``),
     written here while the rows are at hand: ``row_mode`` 1, the same list as the last frame's: a moved
     update's row of ``rows`` (its boxes by list position) gets its new box; 2, a new list: every row of
-    ``rows`` (if it has any) and the list position of every object (``lastpos[h]``); 0: nothing.
+    ``rows`` (if it has any) and the list position of every object (``lastpos[h]``); 0: nothing. With a new
+    list, ``old_rows`` (the last list's boxes by row, or none) and ``row_of`` (each update's position on the
+    last list, -1 off it) give the old cell ranges of the updates on the last list (see ``_update_range``).
     """
     nu = upd_h.shape[0]
     na = add_boxes.shape[0]
     by_row = row_mode == 1 and rows.shape[0] == nu
     fill = row_mode == 2 and rows.shape[0] == nu + na
+    by_old = row_mode == 2 and old_rows.shape[0] > 0 and row_of.shape[0] == nu
     if dims == 2:
         for i in prange(nu):
             _update_range(i, 2, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, row_mode,
-                          lastpos, by_row, fill, mark)
+                          lastpos, by_row, fill, mark, old_rows, row_of, by_old)
     else:
         for i in prange(nu):
             _update_range(i, 3, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, row_mode,
-                          lastpos, by_row, fill, mark)
+                          lastpos, by_row, fill, mark, old_rows, row_of, by_old)
     if na > 0:
         for k in prange(na):
             _add_range(k, nu, dims, bmin, inv, C, boxes, crange, flag, add_h, add_boxes, newr, rows, row_mode,
@@ -168,8 +183,9 @@ def grid_ranges_serial(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes
     by_row = row_mode == 1 and rows.shape[0] == nu
     fill = row_mode == 2 and rows.shape[0] == nu + na
     for i in range(nu):
+        # (the old ranges from ``crange``: ``rows`` and ``lastpos`` stand for the unread old rows and positions)
         _update_range(i, dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, row_mode,
-                      lastpos, by_row, fill, True)
+                      lastpos, by_row, fill, True, rows, lastpos, False)
     for k in range(na):
         _add_range(k, nu, dims, bmin, inv, C, boxes, crange, flag, add_h, add_boxes, newr, rows, row_mode,
                    lastpos, fill)

@@ -10,7 +10,8 @@ Arena layout (cell c owns a region of ``cell_cap[c] + 1`` box units starting at 
 
 Workspace, one block per worker thread: ``scratch[thread, 3, cap]`` int32 (slot renumbering, the moved
 and the leaving boxes' slots, active lists of the sweep) and ``kscratch[thread, 2 * cap]`` uint64 (the
-leaving endpoints' positions, new endpoints), with cap the largest capacity of a touched cell.
+leaving endpoints' positions, the positions of the endpoints a re-sort moves, new endpoints), with cap
+the largest capacity of a touched cell.
 
 Endpoints on an axis are sorted by ``key >> 31``, that is by (value, is_max): at equal values a min
 comes first, which makes touching boxes overlap (inclusive rule); one integer comparison decides. Overlap on the other axes is decided by endpoint positions
@@ -341,7 +342,7 @@ def _move_endpoint(i, kv, few, n, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, 
 
 @njit(**NJIT_INLINE)
 def _sort_axis_fresh(a, n_ep, compact, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk, static, scratch,
-                     tid, ev_key, eo, cap, cnt, sw):
+                     kscratch, tid, ev_key, eo, cap, cnt, sw):
     """Step 2 with many moved boxes, axis a: its ``n_ep`` endpoints take their boxes' current values (a box
     that did not move keeps its key) and are insertion-sorted, the rules at every min/max swap. Two passes:
     the first writes every endpoint's new key (independent loads, no branch; with ``compact``, the
@@ -349,6 +350,10 @@ def _sort_axis_fresh(a, n_ep, compact, base, eb, dims, bx_h, bx_pos, ep_key, box
     new slots and positions), the second moves each endpoint below its left neighbour left into place.
     The same order, swaps and events as one pass that does both, endpoint by endpoint: a move only
     touches the positions left of it, and the key it leaves on its right is the sorted prefix's largest.
+    The second pass first lists the endpoints to move, without a branch (an endpoint moves when its key is
+    below the largest key before it in the first pass's order, which the moves leave as it is; in
+    ``kscratch[tid]``), then moves them in order: a branch per endpoint on whether it moves, which no
+    predictor foresees (a sixth of them do, at random), cost as much as the moves' own work.
     Indices are unsigned in the first pass (numba checks a signed index for a negative value, which here
     costs as much as the rest of the work). Returns (event count, swaps)."""
     row = ep_key[a]
@@ -376,21 +381,23 @@ def _sort_axis_fresh(a, n_ep, compact, base, eb, dims, bx_h, bx_pos, ep_key, box
     n_w = np.int64(w) - eb
     if n_w < 2:
         return cnt, sw
-    lh = row[eb + 1] >> _S31      # (value, is_max) of the sorted prefix's largest key
+    lh = row[eb + 1] >> _S31      # (value, is_max) of the largest key so far
+    m = np.uint64(0)
     for i in range(2, n_w + 1):
-        kv = row[eb + i]
-        hv = kv >> _S31
-        if lh > hv:
-            cnt, sw = _move_endpoint(i, kv, False, 0, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static,
-                                     ev_key, eo, cap, cnt, sw)
-        else:
-            lh = hv
+        hv = row[np.uint64(eb + i)] >> _S31
+        kscratch[tid, m] = i
+        m += np.uint64(lh > hv)
+        lh = max(lh, hv)
+    for q in range(m):
+        i = np.int64(kscratch[tid, q])
+        cnt, sw = _move_endpoint(i, row[eb + i], False, 0, a, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static,
+                                 ev_key, eo, cap, cnt, sw)
     return cnt, sw
 
 
 @njit(**NJIT_INLINE)
 def _update_moved(moved, n, n_old, compact, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk, static,
-                  scratch, tid, ev_key, eo, cap, cnt):
+                  scratch, kscratch, tid, ev_key, eo, cap, cnt):
     """Step 2: write the moved boxes' values, re-sort each axis. Many moved boxes: one pass per axis that
     writes every endpoint's value and insertion-sorts it (``_sort_axis_fresh``; with ``compact``, the
     axes still hold ``n_old`` boxes' endpoints, the leaving ones dropped by that pass). Few: each endpoint of a moved box moves
@@ -401,7 +408,7 @@ def _update_moved(moved, n, n_old, compact, base, eb, dims, bx_h, bx_pos, ep_key
     if not few:
         for a in range(dims):
             cnt, sw = _sort_axis_fresh(a, 2 * n_old, compact, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat,
-                                       msk, static, scratch, tid, ev_key, eo, cap, cnt, sw)
+                                       msk, static, scratch, kscratch, tid, ev_key, eo, cap, cnt, sw)
         return cnt, sw
     for a in range(dims):
         first_max = False
@@ -572,7 +579,7 @@ def _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat,
     sw = 0
     if moved > 0:
         cnt, sw = _update_moved(moved, n, n_old, compact, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk,
-                                static, scratch, tid, ev_key, eo, cap, cnt)
+                                static, scratch, kscratch, tid, ev_key, eo, cap, cnt)
     e0 = ent_off[t]
     kn = ent_off[t + 1] - e0
     if kn > 0:
