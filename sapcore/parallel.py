@@ -20,6 +20,9 @@ follows an idle gap (a game's 30 Hz tick) ran at the speed of one core: the kern
 sleeping worker on the caller's core (where a mostly idle process has the least load), and the two halves
 of each kernel took turns there (crowd2d-100k paced at 30 Hz, 2 threads: 12.7-13.9 ms a frame against 7-9
 ms back to back; pinned: 8.0 ms).
+A frame keeps the pin from its first such launch to its end (``frame``): its launches follow one another
+within milliseconds, and pinning and giving back the calling thread's cores cost three system calls each
+time (~7 launches a frame at 100k objects).
 Pinning is left to OpenMP itself when ``OMP_PROC_BIND``, ``OMP_PLACES`` or ``GOMP_CPU_AFFINITY`` is set
 (``OMP_PROC_BIND=false`` turns both off), and skipped when the team has more threads than the cores the
 calling thread may use.
@@ -167,6 +170,8 @@ class _Pinned:
         self.cores: list[int] = []     # the core each is pinned to (-1: not yet)
         self.ok = True
         self.saved = None              # the calling thread's own cores, given back when the launch ends
+        self.held = 0                  # frames open on this thread (``frame``): the pin stays until they end
+        self.holding = _Held(self)
 
     def __enter__(self):
         _LOCK.acquire()
@@ -186,6 +191,8 @@ class _Pinned:
 
     def _pin(self) -> None:
         n = _SET.n
+        if self.saved is not None and n - 1 <= len(self.tids):
+            return                     # pinned by an earlier launch of the frame (``frame``), workers too
         if n - 1 > len(self.tids):
             tids = np.zeros(64 * n, np.int64)
             team_tids(tids)
@@ -218,9 +225,30 @@ class _Pinned:
 
     def __exit__(self, *exc):
         try:
-            self._restore_quietly()
+            if not self.held:
+                self._restore_quietly()
         finally:
             _LOCK.release()
+        return False
+
+
+class _Held:
+    """The context of ``frame``: the thread's launches keep their pin until the outermost frame ends."""
+
+    __slots__ = ("pinned",)
+
+    def __init__(self, pinned: _Pinned):
+        self.pinned = pinned
+
+    def __enter__(self):
+        self.pinned.held += 1
+        return self
+
+    def __exit__(self, *exc):
+        p = self.pinned
+        p.held -= 1
+        if not p.held:
+            p._restore_quietly()
         return False
 
 
@@ -238,6 +266,16 @@ def _forget_team() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_team)
+
+
+def frame(max_threads: int):
+    """``with frame(max_threads):`` around one frame of a world: the calling thread stays pinned from the
+    frame's first launch with more than one thread to the frame's end (see the module docstring), its
+    workers too; the process-wide lock is still taken by each launch alone, so other worlds' launches
+    run between this frame's."""
+    if max_threads > 1 and _PIN:
+        return _pinned().holding
+    return _UNLOCKED
 
 
 def region(max_threads: int, work: int, threshold: int = MIN_OPS):

@@ -174,13 +174,14 @@ class World:
             if delta is not None:
                 return delta
         f = _Frame(t0)
-        self._validate_ids(f, remove_ids, update_ids, update_boxes, add_ids, add_boxes)      # phase 0
-        self._validate_boxes(f, add_category, add_mask, add_static)
-        if f.moving == 0 and f.nr == 0 and f.na == 0:
-            return self._unchanged(f)
-        self._admit(f)                  # phase 1
-        self._rasterize(f)              # phase 2
-        return self._from_room(f)
+        with parallel.frame(self._max_threads):     # its parallel launches keep one pin (``parallel.frame``)
+            self._validate_ids(f, remove_ids, update_ids, update_boxes, add_ids, add_boxes)      # phase 0
+            self._validate_boxes(f, add_category, add_mask, add_static)
+            if f.moving == 0 and f.nr == 0 and f.na == 0:
+                return self._unchanged(f)
+            self._admit(f)                  # phase 1
+            self._rasterize(f)              # phase 2
+            return self._from_room(f)
 
     def _from_room(self, f) -> Delta:
         """Phases 3 to 8 of a frame whose phase 2 is done."""
@@ -429,12 +430,8 @@ class World:
         else:
             room, grow, max_cap = f.room
         if grow:
-            cap = sap.cap[touched]
-            cells = touched[room > cap]
-            need = room[room > cap]
-            # 25% headroom: cells breathe as objects cross their borders, without a move every frame
-            sap.place(cells, (need + need // 4 + 2).astype(np.int32))
-            max_cap = int(sap.cap[touched].max())
+            cells, caps, max_cap = karena.cells_growth(touched, room, sap.cap)
+            sap.place(cells, caps)
         need = int(f.ev_off[-1])
         if need > self._scratch_ev.shape[0] or self._scratch_ev.shape[0] > 8 * max(need, 1 << 16):
             # grow, or give back a buffer left far too big by a burst (e.g. the initial batch insert)
@@ -521,13 +518,9 @@ class World:
     def _net_pair_sets(self, f) -> None:
         """Phase 6: room in the touched cells' pair sets (load factor <= 1/2), then each nets its events."""
         ps, touched = self.pair_sets, f.touched
-        need = ps.n[touched].astype(np.int64) + f.ev_plus
-        grow = (2 * need > ps.cap[touched]) & (f.ev_plus > 0)
-        if grow.any():
-            # a quarter of the need more: a set that grew to just over twice its pairs would grow again at the
-            # next few pairs, and each growth sends a small frame down the general phases
-            g = need[grow]
-            ps.place(touched[grow], np.maximum(16, 2 ** np.ceil(np.log2(2 * g + g // 2 + 1))).astype(np.int64))
+        cells, caps = kmerge.pair_sets_growth(touched, f.ev_plus, ps.n, ps.cap)
+        if cells.shape[0]:
+            ps.place(cells, caps)
         args = (touched, f.ev_key, f.ev_off, f.ev_n, ps.base, ps.cap, ps.n, *ps.arrays, f.out_n)
         if parallel.serial(self._max_threads, f.ev_total, parallel.MIN_EVENTS):
             kmerge.cells_net_serial(*args)

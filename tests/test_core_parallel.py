@@ -73,6 +73,43 @@ def test_a_launch_pins_its_worker_off_the_callers_core_and_gives_the_caller_its_
 
 
 @needs_cores
+def test_a_frame_keeps_the_pin_between_its_launches_and_gives_the_cores_back_at_its_end():
+    r = _run(_LAUNCH + textwrap.dedent("""
+        calls = []
+        real = os.sched_setaffinity
+        def counted(pid, cores):
+            calls.append(pid)
+            real(pid, cores)
+        os.sched_setaffinity = counted
+        before = sorted(os.sched_getaffinity(0))
+        with parallel.region(2, 1 << 20, 1):      # the workers pinned once, as by an earlier frame
+            launch()
+        calls.clear()
+        with parallel.frame(2):
+            with parallel.region(2, 1 << 20, 1):
+                launch()
+                here = parallel._getcpu()
+            between = sorted(os.sched_getaffinity(0))
+            locked_between = parallel._LOCK.locked()
+            for _ in range(3):
+                with parallel.region(2, 1 << 20, 1):
+                    launch()
+            inside = sorted(os.sched_getaffinity(0))
+        after = sorted(os.sched_getaffinity(0))
+        with parallel.frame(1):                   # a world of one thread: nothing held
+            pass
+        print(json.dumps(dict(layer=numba.threading_layer(), before=before, here=here, between=between,
+                              inside=inside, after=after, calls=calls, locked=locked_between,
+                              held=parallel._SET.pinned.held)))
+    """))
+    _need_omp(r)
+    assert r["between"] == r["inside"] == [r["here"]]     # pinned from the first launch to the frame's end
+    assert r["locked"] is False                            # other worlds' launches may run in between
+    assert r["after"] == r["before"] and r["held"] == 0    # the cores given back when the frame ends
+    assert r["calls"] == [0, 0]                            # one pin and one give-back for four launches
+
+
+@needs_cores
 def test_openmp_binding_asked_for_by_the_user_turns_sapcores_pinning_off():
     r = _run(_PROBE, OMP_PROC_BIND="false")
     _need_omp(r)

@@ -9,6 +9,33 @@ from .sap_cell import cell_all_pairs
 
 
 @njit(**NJIT)
+def cells_growth(touched, need, cell_cap):
+    """The touched cells whose SAP region is smaller than its ``need`` (``frame_room``), and the capacity
+    each gets: a quarter more than its need, + 2 (cells breathe as objects cross their borders, without
+    a move every frame). Returns ``(cells int32, caps int32, max_cap)``, max_cap the largest capacity
+    among the touched cells once they have grown."""
+    nt = touched.shape[0]
+    k = 0
+    for t in range(nt):
+        if need[t] > cell_cap[touched[t]]:
+            k += 1
+    cells = np.empty(k, np.int32)
+    caps = np.empty(k, np.int32)
+    max_cap = 0
+    k = 0
+    for t in range(nt):
+        c = touched[t]
+        cap = np.int64(cell_cap[c])
+        if need[t] > cap:
+            cap = need[t] + need[t] // 4 + 2
+            cells[k] = c
+            caps[k] = cap
+            k += 1
+        max_cap = max(max_cap, cap)
+    return cells, caps, max_cap
+
+
+@njit(**NJIT)
 def frame_room(touched, ent_off, cell_n, cell_cap, cell_pm_n):
     """Sizes of a frame's touched cells, in one pass: ``(need, grow, ev_off, ev_cap, max_cap, work)``.
 

@@ -93,6 +93,34 @@ def _net_touched(t, touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, ce
     out_n[t] = o
 
 
+@njit(**NJIT)
+def pair_sets_growth(touched, ev_plus, cell_pm_n, cell_pm_cap):
+    """The touched cells whose pair set lacks room for its "pair added" events (load factor <= 1/2), and
+    the capacity each gets: the power of two (at least 16) >= 2.5 times what it will hold. A quarter of
+    the need more than the load factor asks: a set that grew to just over twice its pairs would grow
+    again at the next few pairs, and each growth sends a small frame down the general phases. Returns
+    ``(cells int32, caps int64)``."""
+    nt = touched.shape[0]
+    k = 0
+    for t in range(nt):
+        if ev_plus[t] > 0 and 2 * (np.int64(cell_pm_n[touched[t]]) + ev_plus[t]) > cell_pm_cap[touched[t]]:
+            k += 1
+    cells = np.empty(k, np.int32)
+    caps = np.empty(k, np.int64)
+    k = 0
+    for t in range(nt):
+        c = touched[t]
+        g = np.int64(cell_pm_n[c]) + ev_plus[t]
+        if ev_plus[t] > 0 and 2 * g > cell_pm_cap[c]:
+            cap = 16
+            while cap < 2 * g + g // 2 + 1:
+                cap *= 2
+            cells[k] = c
+            caps[k] = cap
+            k += 1
+    return cells, caps
+
+
 @njit(**NJIT_PARALLEL)
 def cells_net(touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_n,
               pm_slots, pm_keys, pm_flag, out_n):
