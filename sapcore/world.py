@@ -26,7 +26,10 @@ The world is made of owners, each with its own invariants (``validate`` calls ea
 
 A frame whose work runs on the calling thread (``threads=1``, or a small frame; ``parallel.serial``)
 calls each parallel kernel's serial twin, and makes one kernel call for phases 2-3 and one for phases
-4-7 (``kernels/frame.py``): between the phases of a small frame, Python cost more than the kernels.
+4-7 (``kernels/frame.py``): between the phases of a small frame, Python cost more than the kernels. A
+frame whose cells run in parallel makes one call for phases 4-7 too (``kframe.pairs_parallel``: the
+parallel kernels launched from compiled code), which leaves the delta's id pairs to Python: after a big
+kernel, each small numpy operation cost ~10 us.
 The commonest small frame, the updates of the last frame's list in its order and nothing else, runs
 phases 0-8 in a single call (``_step_listed``, ``kernels.frame.frame_listed``), its world arrays kept in
 one record (``kframe.ListedState``) between frames; the general phases go on from wherever that call has
@@ -51,7 +54,6 @@ from .kernels import frame as kframe
 from .kernels import grid as kgrid
 from .kernels import idmap as kid
 from .kernels import merge as kmerge
-from .kernels import sap_cell as ksap
 from .kernels import validate as kval
 from .objects import ObjectStore
 from .types import Delta, FrameStats, WorldConfig
@@ -189,8 +191,7 @@ class World:
         if self._cells_serial(f):
             created, deleted = self._pairs_serial(f)    # phases 4-7 in one call (falls back when it must)
         else:
-            self._apply_cells(f)        # phases 4 and 5
-            created, deleted = self._net_and_merge(f)   # phases 6 and 7
+            created, deleted = self._pairs_parallel(f)  # the same, the kernels in parallel
         return self._delta(f, created, deleted)
 
     def _cells_serial(self, f) -> bool:
@@ -445,23 +446,6 @@ class World:
             self._scratch = np.empty((nth, 3, max_cap + 1 + max_cap // 4), np.int32)
             self._kscratch = np.empty((nth, self._scratch.shape[2] * 2), np.uint64)
 
-    def _apply_cells(self, f) -> None:
-        """Phase 4: every touched cell's SAP, in parallel; phase 5: overflowed event slices recomputed."""
-        objects, sap, ps = self.objects, self.sap, self.pair_sets
-        bx_h, bx_pos, ep_key = sap.arrays
-        f.ev_key = self._scratch_ev
-        args = (f.touched, f.ent_off, f.ent_h, self.dims, self._C, objects.flag, objects.crange,
-                objects.box.view(np.uint32), objects.cat, objects.mask, objects.static, sap.n, sap.base, bx_h, bx_pos,
-                ep_key, self._scratch, self._kscratch, ps.base, ps.n, ps.arrays[1], f.ev_key, f.ev_off, f.ev_n,
-                f.ev_plus, f.swaps)
-        if self._cells_serial(f):
-            ksap.cells_apply_serial(*args)
-        else:
-            with parallel.region(self._max_threads, f.work, parallel.MIN_CELL_WORK):
-                ksap.cells_apply(*args, f.all_moved)
-        self._recompute_overflows(f)
-        f.ev_total = int(f.ev_n.sum())
-
     def _recompute_overflows(self, f) -> None:
         """Phase 5: the cells whose event slice overflowed get their events recomputed exactly."""
         over = f.ev_n > f.ev_cap
@@ -487,16 +471,38 @@ class World:
             SHARDS, wp.slots, wp.keys, wp.cnt, wp.cap, wp.n, objects.id, f.rem_h, f.upd_h, f.add_h)
         return self._pairs_after(f, status, created, deleted, pairs)
 
-    def _pairs_after(self, f, status, created, deleted, pairs) -> tuple[np.ndarray, np.ndarray]:
-        """After ``frame_pairs`` (the frame's flags cleared): the phases its status leaves, if any."""
+    def _pairs_parallel(self, f) -> tuple[np.ndarray, np.ndarray]:
+        """Phases 4-7 of a frame whose cells' SAPs run in parallel, in one call (``kernels.frame.pairs_parallel``)
+        up to the created and deleted pairs' keys; the phases it leaves are done the general way, as after
+        ``frame_pairs``. Returns the delta's id pairs."""
+        objects, sap, ps, wp = self.objects, self.sap, self.pair_sets, self.world_pairs
+        f.ev_key = self._scratch_ev
+        with parallel.region(self._max_threads, f.work, parallel.MIN_CELL_WORK):
+            status, f.ev_total, f.swaps_total, created, deleted, pairs = kframe.pairs_parallel(
+                f.touched, f.ent_off, f.ent_h, self.dims, self._C, objects.flag, objects.crange,
+                objects.box.view(np.uint32), objects.cat, objects.mask, objects.static, sap.n, sap.base, *sap.arrays,
+                self._scratch, self._kscratch, ps.base, ps.cap, ps.n, *ps.arrays, f.ev_key, f.ev_off, f.ev_cap,
+                f.counts, f.all_moved, parallel.MIN_EVENTS, self._max_threads, SHARDS, wp.slots, wp.keys, wp.cnt,
+                wp.cap, wp.n)
+        if status == kframe.PAIRS_NET:      # pair sets to grow first, then phases 6-7 in one call as well
+            self._grow_pair_sets(f)
+            with parallel.region(self._max_threads, f.ev_total, parallel.MIN_EVENTS):
+                status, created, deleted, pairs = kframe.net_merge(
+                    f.touched, f.ev_key, f.ev_off, f.ev_n, f.out_n, f.ev_total, ps.base, ps.cap, ps.n, *ps.arrays,
+                    parallel.MIN_EVENTS, self._max_threads, SHARDS, wp.slots, wp.keys, wp.cnt, wp.cap, wp.n)
+        return self._pairs_after(f, status, created, deleted, pairs, keys=True)
+
+    def _pairs_after(self, f, status, created, deleted, pairs, keys=False) -> tuple[np.ndarray, np.ndarray]:
+        """After ``frame_pairs`` (the frame's flags cleared), or ``pairs_parallel`` (``keys``: created and
+        deleted are the pairs' keys, the flags left set): the phases its status leaves, if any."""
         wp = self.world_pairs
-        f.flags_cleared = True
+        f.flags_cleared = not keys
         if status == kframe.PAIRS_DONE:
             if pairs >= 0:
                 wp.count = pairs
             f.t4 = time.perf_counter()
             f.stats.apply_s = f.t4 - f.t2
-            return created, deleted
+            return self._id_pairs(created, deleted) if keys else (created, deleted)
         if status == kframe.PAIRS_OVERFLOW:
             self._recompute_overflows(f)
             f.ev_total = int(f.ev_n.sum())
@@ -517,10 +523,8 @@ class World:
 
     def _net_pair_sets(self, f) -> None:
         """Phase 6: room in the touched cells' pair sets (load factor <= 1/2), then each nets its events."""
+        self._grow_pair_sets(f)
         ps, touched = self.pair_sets, f.touched
-        cells, caps = kmerge.pair_sets_growth(touched, f.ev_plus, ps.n, ps.cap)
-        if cells.shape[0]:
-            ps.place(cells, caps)
         args = (touched, f.ev_key, f.ev_off, f.ev_n, ps.base, ps.cap, ps.n, *ps.arrays, f.out_n)
         if parallel.serial(self._max_threads, f.ev_total, parallel.MIN_EVENTS):
             kmerge.cells_net_serial(*args)
@@ -530,9 +534,18 @@ class World:
         f.t4 = time.perf_counter()
         f.stats.apply_s = f.t4 - f.t2
 
+    def _grow_pair_sets(self, f) -> None:
+        """Room in the touched cells' pair sets for their "pair added" events (load factor <= 1/2)."""
+        cells, caps = kmerge.pair_sets_growth(f.touched, f.ev_plus, self.pair_sets.n, self.pair_sets.cap)
+        if cells.shape[0]:
+            self.pair_sets.place(cells, caps)
+
     def _merge(self, f) -> tuple[np.ndarray, np.ndarray]:
         """Phase 7: the cells' netted pairs into the world's pair counts; the delta's id pairs."""
-        created, deleted = self.world_pairs.merge(f.ev_key, f.ev_off, f.out_n, self._max_threads, f.ev_total)
+        return self._id_pairs(*self.world_pairs.merge(f.ev_key, f.ev_off, f.out_n, self._max_threads, f.ev_total))
+
+    def _id_pairs(self, created, deleted) -> tuple[np.ndarray, np.ndarray]:
+        """The keys of the pairs created and deleted -> the delta's sorted id pairs."""
         kc, kd = created.shape[0], deleted.shape[0]
         if min(kc, kd) >= RADIX_SORT_MIN and not parallel.serial(self._max_threads, kc + kd, parallel.MIN_EVENTS):
             # both large: their id rows are sorted side by side

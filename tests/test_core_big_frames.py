@@ -3,13 +3,16 @@ last frame's list in its order, the commonest big frame: the boxes checked again
 whole words in parts side by side (``kernels.validate.rows_check``), their cell ranges by
 ``kernels.grid.grid_ranges_listed``, and a delta with many created and deleted pairs sorted side by side
 (``kernels.merge.id_pairs_both``); the netted pair events grouped by shard of the world's pair table in
-parts side by side (``kernels.merge.world_bucket_parts``); and frames that remove and add objects too, whose
+parts side by side (``kernels.merge.world_bucket_parts``, launched with the cells' SAPs and the netting in
+one call, ``kernels.frame.pairs_parallel``); and frames that remove and add objects too, whose
 updates sit at other positions of the last list (boxes checked by ``kernels.validate.rows_of_check``).
 Every frame's delta is checked against an exact sweep of the boxes
 (numpy: sorted on axis 0, each box against the boxes that start inside it), and each of those kernels
 is seen to run. Where most boxes move, the cells take every staying box as moved and only the flags of the
 boxes that change cells are written (``all_moved``)."""
 from __future__ import annotations
+
+import inspect
 
 import numpy as np
 import pytest
@@ -18,9 +21,9 @@ import sapcore
 from core_harness import check_pair_array
 from sapcore import FrameError, WorldConfig, parallel
 from sapcore.invariants import check_world
+from sapcore.kernels import frame as kframe
 from sapcore.kernels import grid as kgrid
 from sapcore.kernels import merge as kmerge
-from sapcore.kernels import sap_cell as ksap
 from sapcore.kernels import validate as kval
 from sapcore.world import RADIX_SORT_MIN
 
@@ -88,12 +91,13 @@ def test_big_listed_frames_match_an_exact_sweep(dims, monkeypatch):
     _counted(monkeypatch, kval, "rows_check", calls)
     _counted(monkeypatch, kgrid, "grid_ranges_listed", calls)
     _counted(monkeypatch, kmerge, "id_pairs_both", calls)
-    real_apply = ksap.cells_apply
+    real_pairs = kframe.pairs_parallel
+    at = list(inspect.signature(real_pairs.py_func).parameters).index("all_moved")
 
-    def apply(*args):
-        calls.setdefault("all_moved", []).append(args[-1])
-        return real_apply(*args)
-    monkeypatch.setattr(ksap, "cells_apply", apply)
+    def pairs(*args):
+        calls.setdefault("all_moved", []).append(args[at])
+        return real_pairs(*args)
+    monkeypatch.setattr(kframe, "pairs_parallel", pairs)
     scene = _Scene(dims, np.arange(N, dtype=np.uint64) * 7 + 3)
     world = sapcore.World(WorldConfig(threads=2, **scene.cfg))
     boxes = scene.boxes()
@@ -189,7 +193,8 @@ def test_big_frames_with_removes_and_adds_match_an_exact_sweep(monkeypatch):
     (``rows_of_check``), unchanged boxes among them counted; every delta against the sweep."""
     calls: dict = {}
     _counted(monkeypatch, kval, "rows_of_check", calls)
-    _counted(monkeypatch, kmerge, "world_bucket_parts", calls)
+    _counted(monkeypatch, kframe, "pairs_parallel", calls)
+    _counted(monkeypatch, kframe, "net_merge", calls)
     dims = 2
     scene = _Scene(dims, np.arange(N, dtype=np.uint64) + 1, seed=8)
     world = sapcore.World(WorldConfig(threads=2, **scene.cfg))
@@ -253,7 +258,45 @@ def test_big_frames_with_removes_and_adds_match_an_exact_sweep(monkeypatch):
     # every frame but the first (whose list is not kept by row) checks by rows_of_check, with its unchanged rows
     assert [int(u) for u, ok in calls.get("rows_of_check", [])] == expect_unchanged[1:], calls.get("rows_of_check")
     assert all(ok for _, ok in calls["rows_of_check"])
-    assert len(calls.get("world_bucket_parts", [])) >= 4
+    # the cells' SAPs, the netting and the merge in parallel, in one call a frame, or two where pair sets grew
+    # in between (a status first, then the event count): every frame has events enough for the parallel merge
+    first = [r[0] for r in calls["pairs_parallel"]]
+    assert len(first) == 6 and set(first) <= {kframe.PAIRS_DONE, kframe.PAIRS_NET}, first
+    assert all(r[1] >= parallel.MIN_EVENTS for r in calls["pairs_parallel"])
+    then = [r[0] for r in calls.get("net_merge", [])]      # PAIRS_MERGE: the world's pair table grew first
+    assert len(then) == first.count(kframe.PAIRS_NET) and set(then) <= {kframe.PAIRS_DONE, kframe.PAIRS_MERGE}
+    assert first.count(kframe.PAIRS_DONE) + then.count(kframe.PAIRS_DONE) >= 4, (first, then)
+
+
+def test_big_frames_with_a_pile_that_overflows_its_cells_match_an_exact_sweep(monkeypatch):
+    """A frame whose cells run in parallel has phases 4-7 in one call (``kernels.frame.pairs_parallel``), which
+    leaves a cell whose event slice overflowed to the general phases (its events recomputed exactly, then
+    netted and merged): 400 boxes piled on one spot (~80k pairs start in a few cells), then spread again;
+    every delta against the sweep."""
+    calls: dict = {}
+    _counted(monkeypatch, kframe, "pairs_parallel", calls)
+    dims = 2
+    scene = _Scene(dims, np.arange(N, dtype=np.uint64) * 3 + 1, seed=12)
+    world = sapcore.World(WorldConfig(threads=2, **scene.cfg))
+    boxes = scene.boxes()
+    world.step(add_ids=scene.ids, add_boxes=boxes)
+    before = sweep_pairs(scene.ids, boxes, dims)
+    spot = np.float32(scene.side / 2) + scene.rng.uniform(-0.9, 0.9, (400, dims)).astype(np.float32)
+    pile = np.concatenate([spot - 1, spot + 1], 1)        # every box covers the spot's centre
+    overflows = []
+    for k in range(3):
+        boxes = scene.move()
+        if k == 0:
+            boxes[:400] = pile
+        d = world.step(update_ids=scene.ids, update_boxes=boxes)
+        after = sweep_pairs(scene.ids, boxes, dims)
+        assert _delta(d) == (after - before, before - after), k
+        assert world.pair_count == len(after)
+        overflows.append(d.stats.cell_overflows)
+        before = after
+    assert overflows[0] > 0 and len(before) < 79_800
+    assert calls["pairs_parallel"][1][0] == kframe.PAIRS_OVERFLOW
+    check_world(world)
 
 
 @pytest.mark.parametrize("parts", [1, 2, 3, 7])

@@ -9,6 +9,25 @@ from .sap_cell import cell_all_pairs
 
 
 @njit(**NJIT)
+def place_plan(cells, new_cap, pad, cell_cap, top):
+    """``Arena.place``'s sizes in one pass: the new regions' bases, one after another from ``top``
+    (``new_cap[i] + pad`` units each), their total, and the units the cells' current regions leave behind
+    (``cell_cap + pad`` each, none for a cell without a region). Returns ``(new_base int64, total,
+    left)``."""
+    k = cells.shape[0]
+    new_base = np.empty(k, np.int64)
+    w = np.int64(top)
+    left = 0
+    for i in range(k):
+        new_base[i] = w
+        w += np.int64(new_cap[i]) + pad
+        old = np.int64(cell_cap[cells[i]])
+        if old > 0:
+            left += old + pad
+    return new_base, w - top, left
+
+
+@njit(**NJIT)
 def cells_growth(touched, need, cell_cap):
     """The touched cells whose SAP region is smaller than its ``need`` (``frame_room``), and the capacity
     each gets: a quarter more than its need, + 2 (cells breathe as objects cross their borders, without

@@ -7,6 +7,10 @@ dispatch, small numpy operations, the arrays each phase returns) than in its ker
 - ``frame_pairs``: phases 4 to 7 and the flags of phase 8: every touched cell's SAP, then, unless some
   event slice overflowed or some pair set needs room (the caller then goes on the general way from the
   phase it names), the netting, the merge of few events and the delta's id pairs;
+- ``pairs_parallel``: phases 4 to 7 of a big frame, whose kernels run in parallel, in one call: the
+  parallel kernels launched one after another from compiled code. Between a big frame's kernels, each
+  small numpy operation cost ~10 us (its code and data evicted from the caches by the kernel before);
+  the general phases go on from the phase it names when it must stop, as after ``frame_pairs``;
 - ``frame_listed``: the whole of the commonest frame in one call: the updates of the last frame's list,
   in its order, and nothing else (a game server sending its objects every tick). Phase 0 (the list
   repeats, the boxes), then ``frame_cells``' and ``frame_pairs``' steps; it stops where Python must act
@@ -27,8 +31,9 @@ from .._numba import NJIT, NJIT_HELD, NJIT_INLINE, njit
 from .arena import frame_room
 from .grid import _ranges_listed, grid_rasterize, grid_ranges_serial
 from .hashing import EVENT_REMOVED, KEY_MASK
-from .merge import cells_net_serial, keys_to_ids, merge_events, world_shard
-from .sap_cell import cells_apply_serial
+from .merge import (cells_net, cells_net_serial, gather_runs, keys_to_ids, merge_events, world_bucket_parts,
+                    world_merge, world_merge_small, world_shard)
+from .sap_cell import cells_apply, cells_apply_serial
 from .validate import _rows_check, boxes_check_serial
 
 #: ``frame_pairs`` statuses: what is left to the caller
@@ -156,6 +161,36 @@ def _merge_ids(ev_key, ev_off, out_n, shards, g_slots, g_keys, g_cnt, cap, g_n, 
     return True, created, deleted, pairs
 
 
+_GO_ON = -1     # ``_after_apply``: net and merge
+
+
+@njit(**NJIT_INLINE)
+def _after_apply(touched, counts, ev_cap, cell_pm_n, cell_pm_cap):
+    """After the cells' SAPs: ``(status, events, swaps)``, status PAIRS_OVERFLOW (some event slice
+    overflowed), PAIRS_DONE (no event: every out_n 0), PAIRS_NET (some pair set needs room) or _GO_ON."""
+    ev_n = counts[0]
+    ev_plus = counts[1]
+    nt = touched.shape[0]
+    events = 0
+    sw = 0
+    over = False
+    for t in range(nt):
+        events += ev_n[t]
+        sw += counts[2, t]
+        over |= ev_n[t] > ev_cap[t]
+    if over:
+        return PAIRS_OVERFLOW, events, sw
+    if events == 0:
+        for t in range(nt):
+            counts[3, t] = 0
+        return PAIRS_DONE, 0, sw
+    for t in range(nt):
+        c = touched[t]
+        if ev_plus[t] > 0 and 2 * (np.int64(cell_pm_n[c]) + ev_plus[t]) > cell_pm_cap[c]:
+            return PAIRS_NET, events, sw
+    return _GO_ON, events, sw
+
+
 @njit(**NJIT)
 def frame_pairs(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static, cell_n, cell_base, bx_h,
                 bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag,
@@ -183,25 +218,10 @@ def frame_pairs(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
             flag[upd_h[i]] = 0
         for i in range(add_h.shape[0]):
             flag[add_h[i]] = 0
-    nt = touched.shape[0]
-    events = 0
-    sw = 0
-    over = False
-    for t in range(nt):
-        events += ev_n[t]
-        sw += swaps[t]
-        over |= ev_n[t] > ev_cap[t]
+    status, events, sw = _after_apply(touched, counts, ev_cap, cell_pm_n, cell_pm_cap)
     none = np.empty((0, 2), np.uint64)
-    if over:
-        return PAIRS_OVERFLOW, events, sw, none, none, 0
-    if events == 0:
-        for t in range(nt):
-            out_n[t] = 0
-        return PAIRS_DONE, 0, sw, none, none, -1
-    for t in range(nt):
-        c = touched[t]
-        if ev_plus[t] > 0 and 2 * (np.int64(cell_pm_n[c]) + ev_plus[t]) > cell_pm_cap[c]:
-            return PAIRS_NET, events, sw, none, none, 0
+    if status != _GO_ON:
+        return status, events, sw, none, none, -1 if status == PAIRS_DONE else 0
     cells_net_serial(touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag,
                      out_n)
     done, created, deleted, pairs = _merge_ids(ev_key, ev_off, out_n, shards, g_slots, g_keys, g_cnt, g_cap, g_n,
@@ -209,6 +229,66 @@ def frame_pairs(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
     if not done:
         return PAIRS_MERGE, events, sw, none, none, 0
     return PAIRS_DONE, events, sw, created, deleted, pairs
+
+
+@njit(**NJIT)
+def pairs_parallel(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static, cell_n, cell_base,
+                   bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys,
+                   pm_flag, ev_key, ev_off, ev_cap, counts, all_moved, min_events, parts, shards, g_slots, g_keys,
+                   g_cnt, g_cap, g_n):
+    """Phases 4 to 7 of a frame whose cells' SAPs run in parallel (on the thread count set by the caller),
+    up to the keys of the pairs created and deleted: ``cells_apply``, then ``net_merge``. ``counts`` rows:
+    ev_n, ev_plus, swaps, out_n by touched cell. Returns ``(status, events, swaps, created, deleted,
+    pairs)`` as ``frame_pairs``, but keys (status PAIRS_DONE) and the flags left set; after PAIRS_NET the
+    caller grows the pair sets and calls ``net_merge``."""
+    ev_n = counts[0]
+    ev_plus = counts[1]
+    swaps = counts[2]
+    out_n = counts[3]
+    cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static, cell_n, cell_base, bx_h,
+                bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n, ev_plus,
+                swaps, all_moved)
+    status, events, sw = _after_apply(touched, counts, ev_cap, cell_pm_n, cell_pm_cap)
+    if status != _GO_ON:
+        none = np.empty(0, np.uint64)
+        return status, events, sw, none, none, -1 if status == PAIRS_DONE else 0
+    status, created, deleted, pairs = net_merge(touched, ev_key, ev_off, ev_n, out_n, events, cell_pm_base,
+                                                cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag, min_events, parts,
+                                                shards, g_slots, g_keys, g_cnt, g_cap, g_n)
+    return status, events, sw, created, deleted, pairs
+
+
+@njit(**NJIT)
+def net_merge(touched, ev_key, ev_off, ev_n, out_n, events, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys,
+              pm_flag, min_events, parts, shards, g_slots, g_keys, g_cnt, g_cap, g_n):
+    """Phases 6 and 7 of a frame, every pair set with room for its events, up to the keys of the pairs
+    created and deleted: the general phases' kernels (``cells_net``, ``world_bucket_parts``, ``world_merge``,
+    parallel from ``min_events`` events; below, ``world_merge_small``), called from here. Returns
+    ``(status, created, deleted, pairs)``: PAIRS_DONE, or PAIRS_MERGE (netted; the world's pair table needs
+    room: the caller merges)."""
+    none = np.empty(0, np.uint64)
+    if events < min_events:
+        cells_net_serial(touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys,
+                         pm_flag, out_n)
+        done, created, deleted, pairs = world_merge_small(ev_key, ev_off, out_n, shards, g_slots, g_keys, g_cnt,
+                                                          g_cap, g_n)
+        if not done:
+            return PAIRS_MERGE, none, none, 0
+        return PAIRS_DONE, created, deleted, pairs
+    cells_net(touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag, out_n)
+    ev, off = world_bucket_parts(ev_key, ev_off, out_n, shards, parts)
+    for s in range(shards):      # the table's room (``WorldPairs.reserve``): else the caller merges
+        if 2 * (g_n[s] + off[s + 1] - off[s]) >= g_cap:
+            return PAIRS_MERGE, none, none, 0
+    created = np.empty(ev.shape[0], np.uint64)
+    deleted = np.empty(ev.shape[0], np.uint64)
+    n_cr = np.zeros(shards, np.int64)
+    n_de = np.zeros(shards, np.int64)
+    world_merge(ev, off, g_slots, g_keys, g_cnt, g_cap, g_n, created, deleted, n_cr, n_de)
+    pairs = 0
+    for s in range(shards):
+        pairs += g_n[s]
+    return PAIRS_DONE, gather_runs(created, off, n_cr), gather_runs(deleted, off, n_de), pairs
 
 
 @njit(**NJIT)
