@@ -266,14 +266,15 @@ class World:
         f.nr, f.nu, f.na, f.live = 0, nu, 0, live
         f.touched, f.ent_h, f.ent_off, f.ev_off, f.ev_cap, need, counts = kframe.unpack_room(ibuf, lbuf, nt)
         f.work = work
-        if status == kframe.LISTED_ROOM:
-            f.room = (need, bool((need > sap.cap[f.touched]).any()), max_cap)
-            return self._from_room(f)
-        f.counts = counts
-        f.ev_n, f.ev_plus, f.swaps, f.out_n = counts
-        f.ev_key = self._scratch_ev
-        f.ev_total, f.swaps_total = events, swaps
-        return self._delta(f, *self._pairs_after(f, status, created, deleted, pairs))
+        with parallel.frame(self._max_threads):     # its parallel launches keep one pin (``parallel.frame``)
+            if status == kframe.LISTED_ROOM:
+                f.room = (need, bool((need > sap.cap[f.touched]).any()), max_cap)
+                return self._from_room(f)
+            f.counts = counts
+            f.ev_n, f.ev_plus, f.swaps, f.out_n = counts
+            f.ev_key = self._scratch_ev
+            f.ev_total, f.swaps_total = events, swaps
+            return self._delta(f, *self._pairs_after(f, status, created, deleted, pairs))
 
     def _validate_ids(self, f, remove_ids, update_ids, update_boxes, add_ids, add_boxes) -> None:
         """Phase 0, ids: every id rule, and the handles of the removes and updates."""
