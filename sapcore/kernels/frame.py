@@ -31,8 +31,8 @@ from .._numba import NJIT, NJIT_HELD, NJIT_INLINE, njit
 from .arena import frame_room
 from .grid import _ranges_listed, grid_rasterize, grid_ranges_serial
 from .hashing import EVENT_REMOVED, KEY_MASK
-from .merge import (cells_net, cells_net_serial, gather_runs, keys_to_ids, merge_events, world_bucket_parts,
-                    world_merge, world_merge_small, world_shard)
+from .merge import (cells_net, cells_net_serial, gather_runs, keys_to_ids, merge_events, pair_set_short, table_short,
+                    world_bucket_parts, world_merge, world_merge_small, world_shard)
 from .sap_cell import cells_apply, cells_apply_serial
 from .validate import _rows_check, boxes_check_serial
 
@@ -185,8 +185,7 @@ def _after_apply(touched, counts, ev_cap, cell_pm_n, cell_pm_cap):
             counts[3, t] = 0
         return PAIRS_DONE, 0, sw
     for t in range(nt):
-        c = touched[t]
-        if ev_plus[t] > 0 and 2 * (np.int64(cell_pm_n[c]) + ev_plus[t]) > cell_pm_cap[c]:
+        if pair_set_short(touched[t], ev_plus[t], cell_pm_n, cell_pm_cap):
             return PAIRS_NET, events, sw
     return _GO_ON, events, sw
 
@@ -277,9 +276,8 @@ def net_merge(touched, ev_key, ev_off, ev_n, out_n, events, cell_pm_base, cell_p
         return PAIRS_DONE, created, deleted, pairs
     cells_net(touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag, out_n)
     ev, off = world_bucket_parts(ev_key, ev_off, out_n, shards, parts)
-    for s in range(shards):      # the table's room (``WorldPairs.reserve``): else the caller merges
-        if 2 * (g_n[s] + off[s + 1] - off[s]) >= g_cap:
-            return PAIRS_MERGE, none, none, 0
+    if table_short(g_n, off, g_cap, shards):     # the caller merges (``WorldPairs.reserve`` grows the table)
+        return PAIRS_MERGE, none, none, 0
     created = np.empty(ev.shape[0], np.uint64)
     deleted = np.empty(ev.shape[0], np.uint64)
     n_cr = np.zeros(shards, np.int64)

@@ -93,6 +93,12 @@ def _net_touched(t, touched, ev_key, ev_off, ev_n, cell_pm_base, cell_pm_cap, ce
     out_n[t] = o
 
 
+@njit(**NJIT_INLINE)
+def pair_set_short(c, plus, cell_pm_n, cell_pm_cap):
+    """Does cell c's pair set lack room for ``plus`` more "pair added" events (load factor <= 1/2)?"""
+    return plus > 0 and 2 * (np.int64(cell_pm_n[c]) + plus) > cell_pm_cap[c]
+
+
 @njit(**NJIT)
 def pair_sets_growth(touched, ev_plus, cell_pm_n, cell_pm_cap):
     """The touched cells whose pair set lacks room for its "pair added" events (load factor <= 1/2), and
@@ -103,15 +109,15 @@ def pair_sets_growth(touched, ev_plus, cell_pm_n, cell_pm_cap):
     nt = touched.shape[0]
     k = 0
     for t in range(nt):
-        if ev_plus[t] > 0 and 2 * (np.int64(cell_pm_n[touched[t]]) + ev_plus[t]) > cell_pm_cap[touched[t]]:
+        if pair_set_short(touched[t], ev_plus[t], cell_pm_n, cell_pm_cap):
             k += 1
     cells = np.empty(k, np.int32)
     caps = np.empty(k, np.int64)
     k = 0
     for t in range(nt):
         c = touched[t]
-        g = np.int64(cell_pm_n[c]) + ev_plus[t]
-        if ev_plus[t] > 0 and 2 * g > cell_pm_cap[c]:
+        if pair_set_short(c, ev_plus[t], cell_pm_n, cell_pm_cap):
+            g = np.int64(cell_pm_n[c]) + ev_plus[t]
             cap = 16
             while cap < 2 * g + g // 2 + 1:
                 cap *= 2
@@ -320,6 +326,16 @@ def world_merge(events, off, g_slots, g_keys, g_cnt, cap, g_n, created, deleted,
                                                   deleted)
 
 
+@njit(**NJIT_INLINE)
+def table_short(g_n, off, cap, shards):
+    """Does some shard of the world's pair table lack room for its bucketed events ``off[s]:off[s + 1]``
+    (load factor < 1/2; ``WorldPairs.reserve`` grows it)?"""
+    for s in range(shards):
+        if 2 * (g_n[s] + off[s + 1] - off[s]) >= cap:
+            return True
+    return False
+
+
 @njit(**NJIT)
 def world_merge_small(ev_key, ev_off, out_n, shards, g_slots, g_keys, g_cnt, cap, g_n):
     """``world_bucket``, ``world_merge`` and the gathering of their results in one serial call, for a
@@ -328,9 +344,8 @@ def world_merge_small(ev_key, ev_off, out_n, shards, g_slots, g_keys, g_cnt, cap
     for its events at load factor < 1/2; the caller then grows the table and merges the general way.
     The result is the same as the general merge's: shards are merged in their order, each alone."""
     events, off = world_bucket(ev_key, ev_off, out_n, shards)
-    for s in range(shards):
-        if 2 * (g_n[s] + off[s + 1] - off[s]) >= cap:
-            return False, events[:0], events[:0], 0
+    if table_short(g_n, off, cap, shards):
+        return False, events[:0], events[:0], 0
     created = np.empty(events.shape[0], np.uint64)
     deleted = np.empty(events.shape[0], np.uint64)
     n_cr = np.empty(shards, np.int64)
