@@ -115,3 +115,21 @@ NJIT_HELD = dict(NJIT, nogil=False)
 
 njit = numba.njit
 prange = numba.prange
+
+
+def entry_point(dispatcher, args):
+    """The compiled specialization that ``dispatcher`` (a kernel) ran for ``args``, as a callable that
+    takes the same arguments without the dispatcher's resolution of their types; None when there is
+    none (kernels run as Python, or no specialization of exactly these types).
+
+    The resolution costs ~1.5 us a call for an argument numba cannot fingerprint in C (a ``StructRef``
+    such as ``kernels.frame.ListedState`` is typed in Python): a tenth of a small frame. The caller must
+    pass arguments of exactly these types afterwards (the specialization unboxes them as such, unchecked):
+    it keys the callable by what decides them."""
+    if numba.config.DISABLE_JIT:
+        return None
+    try:
+        sig = tuple(dispatcher.typeof_pyval(a) for a in args)
+        return dispatcher.overloads[sig].entry_point
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None

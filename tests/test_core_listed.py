@@ -212,3 +212,70 @@ def test_a_small_one_call_frame_keeps_the_gil_and_a_larger_one_releases_it(monke
             assert np.array_equal(got.created, want.created) and np.array_equal(got.deleted, want.deleted)
             assert got.stats.pairs == want.stats.pairs
         assert np.array_equal(world.pairs(), twin.pairs())
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_the_one_call_frame_runs_its_compiled_specialization_by_the_arguments_types(dims):
+    """After its first frame, a world's listed frame calls the compiled specialization directly
+    (``_numba.entry_point``), kept by whether it keeps the GIL and the ids' and boxes' flags: read-only
+    arrays get specializations of their own (unaligned ones are kept apart too), a new list's state
+    forgets them; every delta equals a twin world's whose every call goes through the dispatcher (its
+    callables forgotten each frame)."""
+    import numba
+
+    from sapcore import World, WorldConfig
+
+    compile_one_call_frames()
+    rng = np.random.default_rng(dims)
+    n = 120
+    cfg = WorldConfig(dims=dims, bounds=(0.0,) * dims + (30.0,) * dims, cells=(3,) * dims, threads=1)
+    world, twin = World(cfg), World(cfg)
+    ids = np.arange(n, dtype=np.uint64) * 7 + 3
+    c = rng.uniform(0, 30, (n, dims)).astype(np.float32)
+    boxes = np.concatenate([c - 1, c + 1], 1)
+    for w in (world, twin):
+        w.step(add_ids=ids, add_boxes=boxes)
+
+    def unaligned(a):
+        raw = np.zeros(a.nbytes + 1, np.uint8)[1:]
+        out = raw.view(a.dtype).reshape(a.shape)
+        out[...] = a
+        return out
+
+    def read_only(a):
+        a = a.copy()
+        a.flags.writeable = False
+        return a
+
+    kinds = [lambda a: a, read_only, unaligned]
+    seen, flags = set(), set()
+    for f in range(40):
+        c = c + rng.normal(0, 0.3, c.shape).astype(np.float32)
+        boxes = np.concatenate([c - 1, c + 1], 1)
+        kind_ids, kind_boxes = kinds[f // 2 % 3], kinds[f // 6 % 3]
+        u, b = kind_ids(ids), kind_boxes(boxes)
+        if f == 20:         # a new list (one id fewer): a new state, its callables forgotten
+            ids, u, b, c = ids[1:], u[1:], b[1:], c[1:]
+            for w in (world, twin):
+                w.step(remove_ids=ids[:0] + 3)
+        twin._listed_calls.clear()
+        got, want = world.step(update_ids=u, update_boxes=b), twin.step(update_ids=u, update_boxes=b)
+        assert np.array_equal(got.created, want.created) and np.array_equal(got.deleted, want.deleted), f
+        assert got.stats.pairs == want.stats.pairs
+        if f == 21:         # (frame 20 is the new list's first: the general phases)
+            assert len(world._listed_calls) == 1, world._listed_calls
+        if f > 20:
+            seen.add((u.flags.writeable, u.flags.aligned, b.flags.writeable, b.flags.aligned))
+            flags.add((u.flags.num, b.flags.num))
+    assert np.array_equal(world.pairs(), twin.pairs())
+    assert len(seen) == 9
+    calls = world._listed_calls
+    assert len(calls) == len(flags), (calls, flags)
+    if not numba.config.DISABLE_JIT:     # one specialization for each kind of arrays (numba types every array
+        # as aligned: read-only or not, twice)
+        assert len({id(call) for call in calls.values()}) == len({(s[0], s[2]) for s in seen}) == 4
+    for call in calls.values():
+        if numba.config.DISABLE_JIT:
+            assert call is kframe.frame_listed_held
+        else:       # a compiled entry, not the dispatcher
+            assert call is not kframe.frame_listed_held and call is not kframe.frame_listed, call
