@@ -21,8 +21,8 @@ def test_spread_ticks_divide_one_period_and_aligned_ones_coincide():
 
 def test_the_schedule_starts_once_every_stream_is_warmed_up():
     async def scenario():
-        start = bench_worlds._Start(3, 10.0, aligned=False)
         order = []
+        start = bench_worlds._Start(3, 10.0, aligned=False, mark=lambda: order.append(("mark", None)))
 
         async def stream(k, warm_up_s):
             await asyncio.sleep(warm_up_s)
@@ -35,7 +35,9 @@ def test_the_schedule_starts_once_every_stream_is_warmed_up():
         return order, times
 
     order, times = asyncio.run(scenario())
-    assert [e for e, _ in order[:3]] == ["ready"] * 3 and [e for e, _ in order[3:]] == ["start"] * 3
+    # the CPU figures start again once, when the last stream is warm, before any stream's schedule
+    assert [e for e, _ in order[:3]] == ["ready"] * 3 and order[3][0] == "mark"
+    assert [e for e, _ in order[4:]] == ["start"] * 3
     assert times[1] - times[0] == pytest.approx(1 / 30) and times[2] - times[0] == pytest.approx(2 / 30)
 
 
@@ -78,6 +80,35 @@ def test_the_cpu_of_the_server_and_of_other_processes_is_told_apart():
     assert others > 0.3, others
     _, server_cpu, _, others = bench_worlds._measured([], lambda: None)    # no PID: nothing to tell apart
     assert server_cpu != server_cpu and others != others                   # NaN
+
+
+def test_the_cpu_figures_count_from_the_mark():
+    """With ``marked``, the server's CPU (and the generator's) counts from the work's call of its mark (the
+    schedule's start, after the warm-up), not from the call of ``_measured``."""
+    import subprocess
+    import sys
+    import time
+
+    def work(mark, spin_before: float, wait_after: float):
+        end = time.perf_counter() + spin_before
+        while time.perf_counter() < end:       # the generator's own CPU, before the mark
+            pass
+        mark()
+        time.sleep(wait_after)
+        return "done"
+
+    server = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        out, whole, gen_whole, _ = bench_worlds._measured([server.pid], lambda: work(lambda: None, 1.0, 0.5))
+        out, marked, gen_marked, _ = bench_worlds._measured([server.pid], lambda mark: work(mark, 1.0, 0.5),
+                                                            marked=True)
+    finally:
+        server.kill()
+        server.wait()
+    assert out == "done"
+    assert whole > 0.9 and 0.1 < marked < 0.8, (whole, marked)
+    assert gen_whole > 0.5 and gen_marked < 0.2, (gen_whole, gen_marked)
 
 
 def test_a_server_without_the_echo_service_is_told_by_its_own_status(make_server):

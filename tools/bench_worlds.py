@@ -8,7 +8,9 @@
    sends every stream's frame at the same instants instead (a burst of W frames each tick). Each
    stream first opens its call and sends ``WARMUP`` frames, untimed and uncounted (the call's set-up
    and the server's first work for it: up to ~80 ms for the first frame of 32 streams opened at
-   once); the schedule starts once every stream has.
+   once, and the engine's first frames of each kind, which load its compiled kernels: ~1-2 s of CPU
+   in a fresh server); the schedule starts once every stream has, and the CPU figures (the server's,
+   the load generator's, the other processes') are read from then on.
 2. Echo baseline: the same schedule over bare ``EchoService`` streams carrying the same bytes: the
    transport alone (delivered, p50 / p99) and the server's CPU per message, so
    ``server_cpu_ms_per_frame / echo_cpu_ms_per_frame`` is the service's own cost per frame over gRPC's.
@@ -118,10 +120,11 @@ def _aio_channel(address: str):
 class _Start:
     """The streams' common schedule: each stream opens its call and sends ``WARMUP`` messages first
     (unpaced, untimed: the call's set-up and the server's first work for it); once every stream has,
-    the schedule starts (``_phases``). Stream k awaits ``at(k)`` for its first send time."""
+    the schedule starts (``_phases``), and ``mark`` (if any) is called: ``_measured``'s CPU figures count
+    from there. Stream k awaits ``at(k)`` for its first send time."""
 
-    def __init__(self, streams: int, hz: float, aligned: bool):
-        self.streams, self.hz, self.aligned = streams, hz, aligned
+    def __init__(self, streams: int, hz: float, aligned: bool, mark=None):
+        self.streams, self.hz, self.aligned, self.mark = streams, hz, aligned, mark
         self._waiting = streams
         self._ready = asyncio.Event()
         self._starts: list[float] = []
@@ -129,6 +132,8 @@ class _Start:
     async def at(self, k: int) -> float:
         self._waiting -= 1
         if not self._waiting:
+            if self.mark is not None:
+                self.mark()
             self._starts = _phases(time.perf_counter() + 0.05, self.streams, self.hz, self.aligned)
             self._ready.set()
         await self._ready.wait()
@@ -249,23 +254,25 @@ def _phases(start: float, streams: int, hz: float, aligned: bool) -> list[float]
     return [start if aligned else start + k / (streams * hz) for k in range(streams)]
 
 
-async def _many(address: str, frames: dict, hz: float, seconds: float, aligned: bool = False) -> tuple[int, list]:
+async def _many(address: str, frames: dict, hz: float, seconds: float, aligned: bool = False,
+                mark=None) -> tuple[int, list]:
     async with _aio_channel(address) as channel:
         stub = pb_grpc.SapgridServiceStub(channel)
         rtts: list[float] = []
-        start = _Start(len(frames), hz, aligned)
+        start = _Start(len(frames), hz, aligned, mark)
         done = await asyncio.gather(*(_paced_stream(stub, world, reqs, hz, seconds, start, k, rtts)
                                       for k, (world, reqs) in enumerate(frames.items())))
     return sum(done), rtts
 
 
-async def _echo(address: str, frames: dict, hz: float, seconds: float, aligned: bool = False) -> tuple[int, list]:
+async def _echo(address: str, frames: dict, hz: float, seconds: float, aligned: bool = False,
+                mark=None) -> tuple[int, list]:
     sample = next(iter(frames.values()))[0]
     payload, reply = sample.SerializeToString(), 120            # a delta of a moving 1k world is ~100 B
     async with _aio_channel(address) as channel:
         stub = echo_grpc.EchoServiceStub(channel)
         await _echo_served(stub)
-        start = _Start(len(frames), hz, aligned)
+        start = _Start(len(frames), hz, aligned, mark)
         rtts: list[float] = []
         done = await asyncio.gather(*(_echo_stream(stub, world, payload, reply, hz, seconds, start, k, rtts)
                                       for k, world in enumerate(frames)))
@@ -348,18 +355,25 @@ def _busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def _measured(pids, work):
+def _measured(pids, work, marked: bool = False):
     """(result of work(), the server's CPU seconds (its processes ``pids`` together), this process's CPU
     seconds, the cores every other process of the machine used meanwhile on average: the load the measure
-    shared the machine with). Without the server's PIDs, the server's CPU and the others' cores are NaN."""
+    shared the machine with). Without the server's PIDs, the server's CPU and the others' cores are NaN.
+    With ``marked``, work is called with a function that starts the figures again when called (at the
+    schedule's start, after the warm-up: ``_Start``); else they count from the call."""
     pids = list(pids)
 
     def server_cpu() -> float:
         return sum(_cpu_seconds(p) for p in pids) if pids else float("nan")
 
-    s0 = server_cpu()
-    g0, b0, w0 = time.process_time(), _busy_seconds(), time.perf_counter()
-    out = work()
+    base: list[float] = []
+
+    def mark() -> None:
+        base[:] = server_cpu(), time.process_time(), _busy_seconds(), time.perf_counter()
+
+    mark()
+    out = work(mark) if marked else work()
+    s0, g0, b0, w0 = base
     server = server_cpu() - s0
     gen = time.process_time() - g0
     others = (_busy_seconds() - b0 - server - gen) / (time.perf_counter() - w0)
@@ -397,9 +411,9 @@ def measure(address: str, pids, worlds: int, objects: int, hz: float, seconds: f
     try:
         held = _held(cluster.members, prefix) if cluster is not None else [worlds]
         (delivered, rtts), server_cpu, gen_cpu, others = _measured(
-            pids, lambda: asyncio.run(_many(address, frames, hz, seconds, aligned)))
+            pids, lambda mark: asyncio.run(_many(address, frames, hz, seconds, aligned, mark)), marked=True)
         (echoed, echo_rtts), echo_cpu, _, echo_others = _measured(
-            pids, lambda: asyncio.run(_echo(address, frames, hz, seconds, aligned)))
+            pids, lambda mark: asyncio.run(_echo(address, frames, hz, seconds, aligned, mark)), marked=True)
     finally:
         _drop_worlds(address, names)
     asked = int(sum(np.ceil(seconds * hz) for _ in names))
