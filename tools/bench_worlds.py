@@ -8,8 +8,8 @@
    sends every stream's frame at the same instants instead (a burst of W frames each tick). Each
    stream first opens its call and sends ``WARMUP`` frames, untimed and uncounted (the call's set-up
    and the server's first work for it: up to ~80 ms for the first frame of 32 streams opened at
-   once, and the engine's first frames of each kind, which load its compiled kernels: ~1-2 s of CPU
-   in a fresh server); the schedule starts once every stream has, and the CPU figures (the server's,
+   once, and the engine's first frames of each kind, which load its compiled kernels in a fresh
+   server); the schedule starts once every stream has, and the CPU figures (the server's,
    the load generator's, the other processes') are read from then on.
 2. Echo baseline: the same schedule over bare ``EchoService`` streams carrying the same bytes: the
    transport alone (delivered, p50 / p99) and the server's CPU per message, so
