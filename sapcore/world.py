@@ -246,6 +246,10 @@ class World:
             self.frames += 1
             if pairs >= 0:
                 wp.count = pairs
+            if created is None:             # (an empty side comes back as None: see frame_listed)
+                created = _EMPTY_PAIRS.copy()
+            if deleted is None:
+                deleted = _EMPTY_PAIRS.copy()
             t1 = time.perf_counter()
             # positional (see _STATS_ORDER): objects, pairs, created, deleted, swaps, cells_touched,
             # cell_overflows, validate_s, rasterize_s, apply_s, merge_s, total_s

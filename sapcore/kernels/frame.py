@@ -383,8 +383,8 @@ def frame_listed(upd, upd_boxes, live, frame, st):
     LISTED_ROOM when a touched cell lacks room, the event buffer or the workspace is too small, or the
     work (``work`` >= ``serial_work``) is for the parallel phases: ``ibuf`` / ``lbuf`` hold phase 2-3's
     arrays (``unpack_room``), nothing after phase 2-3's kernels is done; else ``frame_pairs``' status,
-    events, swaps, created, deleted and pairs, with ``ibuf`` / ``lbuf`` as for LISTED_ROOM when that
-    status leaves phases to the caller."""
+    events, swaps, created, deleted (None when empty) and pairs, with ``ibuf`` / ``lbuf`` as for LISTED_ROOM
+    when that status leaves phases to the caller."""
     list_ids, list_h, rows, dims = st.list_ids, st.list_h, st.rows, st.dims
     limit, limit_bits = st.limit, st.limit_bits
     bmin, inv, C, boxes, crange, flag = st.bmin, st.inv, st.C, st.boxes, st.crange, st.flag
@@ -437,7 +437,11 @@ def frame_listed(upd, upd_boxes, live, frame, st):
         bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag,
         ev_key, ev_off, ev_cap, counts, shards, g_slots, g_keys, g_cnt, g_cap, g_n, obj_id, noi, list_h, noi)
     if status == PAIRS_DONE:
-        return status, -1, 0, 0, events, sw, pairs, nt, max_cap, work, None, None, created, deleted
+        # an empty side is None: returning an array costs ~1 us (numba boxes it into a new numpy array
+        # object), several times the caller's own empty one; a small frame's sides are mostly empty
+        cr = created if created.shape[0] > 0 else None
+        de = deleted if deleted.shape[0] > 0 else None
+        return status, -1, 0, 0, events, sw, pairs, nt, max_cap, work, None, None, cr, de
     ibuf, lbuf = _room_arrays(touched, ent_h, ent_off, need, ev_off, ev_cap, counts)
     return status, -1, 0, 0, events, sw, pairs, nt, max_cap, work, ibuf, lbuf, None, None
 
