@@ -203,3 +203,31 @@ def test_id_pairs_sorted_are_the_sorted_id_pairs_of_the_keys():
     assert np.array_equal(out, np.stack([lo2[order], hi2[order]], 1))
     obj_id[int(a[7])] = np.uint64(2**40)
     assert not kmerge.keys_to_ids(keys, obj_id, lo, hi)
+
+
+def test_row_prefetches_ask_for_reading_or_for_writing():
+    """``prefetch_row_read`` emits LLVM's prefetch for reading (rw 0: no request for the line's ownership),
+    ``prefetch_row`` for writing (rw 1); neither changes the array."""
+    import re
+
+    from numba import njit
+
+    from sapcore.kernels.prefetch import prefetch_row, prefetch_row_read
+
+    @njit
+    def touch(a, rows, write):
+        for r in rows:
+            if write:
+                prefetch_row(a, r)
+            else:
+                prefetch_row_read(a, r)
+        return a.sum()
+
+    a = np.arange(40, dtype=np.uint32).reshape(10, 4)
+    before = a.copy()
+    assert touch(a, np.array([0, 9, 3]), True) == before.sum()
+    assert touch(a, np.array([5]), False) == before.sum()
+    assert np.array_equal(a, before)
+    ir = "".join(touch.inspect_llvm().values())
+    kinds = re.findall(r"call void @llvm\.prefetch[.\w]*\([^,()]+, i32 (\d), i32 3, i32 1\)", ir)
+    assert sorted(set(kinds)) == ["0", "1"], kinds

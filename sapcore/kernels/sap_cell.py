@@ -43,7 +43,7 @@ import numpy as np
 from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, NJIT_SERIAL, njit, prange
 from .grid import FLAG_MOVED, FLAG_MOVED_CELLS, FLAG_REMOVED, in_crange
 from .hashing import EVENT_REMOVED, pair_key
-from .prefetch import prefetch_flat
+from .prefetch import prefetch_flat, prefetch_row_read
 
 
 #: Endpoint keys: ``encode(value) << 32 | is_max << 31 | slot``. Ordering keys by ``key >> 31`` orders
@@ -54,6 +54,7 @@ LOW32 = np.uint64(0xFFFFFFFF)
 HIGH32 = np.uint64(0xFFFFFFFF00000000)
 _S31 = np.uint64(31)
 _S32 = np.uint64(32)
+_S6 = np.uint64(6)       # a cache line is 64 bytes
 _ONE = np.uint64(1)
 
 
@@ -72,6 +73,11 @@ def encode(bits):
 #: first endpoint on (their endpoints' positions sorted by insertion), the cell's last boxes taking their
 #: slots; more by a pass over each whole axis that renumbers every slot.
 _LEAVING_FEW = 8
+
+#: A world whose boxes take up to this many bytes (half of a core's L2 cache on the reference machine)
+#: has them mostly at hand: its cells' apply does not ask for the moved boxes' rows ahead (``_list_boxes``;
+#: in the same loop, the requests' code cost 100- and 1,000-object frames 1-2%).
+_ROWS_AT_HAND = np.uint64(1 << 18)
 
 #: Up to this many boxes entering a cell in one frame are paired by direct tests against every box of
 #: the cell (kn * n tests); more use the sweep over axis 0 (2n endpoints, with active lists).
@@ -133,22 +139,21 @@ def _insertion_sort(kscratch, tid, m):
 
 
 @njit(**NJIT_INLINE)
-def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key, scratch, kscratch, tid,
-                    cell_pm_base, cell_pm_n, pm_keys, ev_key, eo, cap, cnt, all_moved):
-    """Step 1, batch remove: boxes removed from the world or leaving cell c lose their pairs and their
-    endpoints leave every axis. With few moved boxes and up to ``_LEAVING_FEW`` leaving ones (k), by one
-    pass per axis from the leaving boxes' first endpoint on, the staying boxes of the last k slots taking
-    the leaving boxes' slots below them (every other box keeps its slot); with more leaving ones, by one
-    pass over each whole axis that renumbers every slot densely. The moved boxes' slots, as they are
-    after, are listed in ``scratch[tid, 1]``. With many moved boxes, the axes are left to the update's one
-    pass per axis, which compacts them: returns (boxes left, moved boxes, event count, whether the axes
-    still hold the leaving boxes' endpoints, renumbered by ``scratch[tid, 0]``)."""
-    cz = c % C[2]
-    cy = (c // C[2]) % C[1]
-    cx = c // (C[1] * C[2])
+def _list_boxes(ub, n, bx_h, flag, crange, cx, cy, cz, C, boxes_u, scratch, tid, all_moved, ask):
+    """Step 1's listing of cell c's boxes: ``scratch[tid, 0]`` each slot's new slot (-1: leaving), ``[tid,
+    2]`` the leaving slots, ``[tid, 1]`` the moved staying ones; returns (leaving, moved).
+
+    With ``ask`` (a literal at both call sites: the loop is compiled with and without it), the moved boxes'
+    rows of ``boxes_u`` (step 2 reads their new values) are requested from memory as they are listed, one
+    request per cache line, for reading only: an object keeps its handle wherever it goes, so a cell's rows
+    are scattered over the objects' arrays, and step 2's pass that reads them waited on them
+    (teleport2d-100k, one thread: that pass a third of the cells' work at the trace's start, half as much
+    again at its end, with the same counts, as the teleported objects' rows spread). Requested in a pass
+    of their own before this one instead: 1.0-1.6% slower a tick (teleport2d-, crowd2d-, churn2d-100k)."""
     k = 0
     moved = 0
-    ub = np.uint64(base)
+    row_bytes = np.uint64(boxes_u.shape[1] * 4)
+    line = np.uint64(0xFFFFFFFFFFFFFFFF)    # the cache line of the last row requested
     for s in range(n):
         us = np.uint64(s)
         h = np.uint64(bx_h[ub + us])
@@ -162,6 +167,36 @@ def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key,
             if all_moved or f == FLAG_MOVED or f == FLAG_MOVED_CELLS:
                 scratch[tid, 1, np.uint64(moved)] = s
                 moved += 1
+                if ask:
+                    hl = (h * row_bytes) >> _S6
+                    if hl != line:
+                        prefetch_row_read(boxes_u, h)
+                        line = hl
+    return k, moved
+
+
+@njit(**NJIT_INLINE)
+def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key, boxes_u, scratch, kscratch, tid,
+                    cell_pm_base, cell_pm_n, pm_keys, ev_key, eo, cap, cnt, all_moved):
+    """Step 1, batch remove: boxes removed from the world or leaving cell c lose their pairs and their
+    endpoints leave every axis. With few moved boxes and up to ``_LEAVING_FEW`` leaving ones (k), by one
+    pass per axis from the leaving boxes' first endpoint on, the staying boxes of the last k slots taking
+    the leaving boxes' slots below them (every other box keeps its slot); with more leaving ones, by one
+    pass over each whole axis that renumbers every slot densely. The moved boxes' slots, as they are
+    after, are listed in ``scratch[tid, 1]``. With many moved boxes, the axes are left to the update's one
+    pass per axis, which compacts them: returns (boxes left, moved boxes, event count, whether the axes
+    still hold the leaving boxes' endpoints, renumbered by ``scratch[tid, 0]``).
+
+    The boxes are listed by ``_list_boxes``, which requests the moved ones' rows from memory but in a world
+    whose boxes are mostly at hand (``_ROWS_AT_HAND``)."""
+    cz = c % C[2]
+    cy = (c // C[2]) % C[1]
+    cx = c // (C[1] * C[2])
+    ub = np.uint64(base)
+    if np.uint64(boxes_u.shape[0] * boxes_u.shape[1] * 4) > _ROWS_AT_HAND:
+        k, moved = _list_boxes(ub, n, bx_h, flag, crange, cx, cy, cz, C, boxes_u, scratch, tid, all_moved, True)
+    else:
+        k, moved = _list_boxes(ub, n, bx_h, flag, crange, cx, cy, cz, C, boxes_u, scratch, tid, all_moved, False)
     if k == 0:
         return n, moved, cnt, False
     # the cell's pairs that involve a leaving box are removed
@@ -574,8 +609,8 @@ def _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat,
     eb = 2 * base
     n_old = np.int64(cell_n[c])
     n, moved, cnt, compact = _remove_leaving(c, base, eb, n_old, dims, C, flag, crange, bx_h, bx_pos, ep_key,
-                                             scratch, kscratch, tid, cell_pm_base, cell_pm_n, pm_keys, ev_key, eo,
-                                             cap, 0, all_moved)
+                                             boxes_u, scratch, kscratch, tid, cell_pm_base, cell_pm_n, pm_keys, ev_key,
+                                             eo, cap, 0, all_moved)
     sw = 0
     if moved > 0:
         cnt, sw = _update_moved(moved, n, n_old, compact, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk,
