@@ -9,6 +9,7 @@ import numpy as np
 from .kernels import arena as karena
 from .kernels import grid as kgrid
 from .kernels import merge as kmerge
+from .kernels.pair_set import pair_set_find
 
 
 def _decode(enc):
@@ -82,7 +83,7 @@ def _check_cell_pairs(world, c: int) -> np.ndarray:
     assert np.all(flags[pb:pb + pn] == kmerge.ACTIVE), f"cell {c}: pair flags"
     assert 2 * pn <= ps.cap[c] or pn == 0, f"cell {c}: pair set load factor"
     for p in range(pn):
-        assert kmerge.pair_set_find(slots, keys_all, int(ps.base[c]), int(ps.cap[c]), pb, keys[p]) == p, \
+        assert pair_set_find(slots, keys_all, int(ps.base[c]), int(ps.cap[c]), pb, keys[p]) == p, \
             f"cell {c}: pair hash"
     return keys
 

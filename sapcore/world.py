@@ -598,7 +598,7 @@ class World:
             return _EMPTY_PAIRS.copy()
         lo = np.empty(k, np.uint64)
         hi = np.empty(k, np.uint64)
-        if kmerge.keys_to_ids(keys, self.objects.id, lo, hi):
+        if kmerge.keys_to_ids(keys, self.objects.id, lo, hi, k >= RADIX_SORT_MIN):
             out = np.empty((k, 2), np.uint64)
             if k >= RADIX_SORT_MIN:
                 kmerge.id_pairs_sorted(lo, hi, out)

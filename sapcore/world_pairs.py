@@ -11,6 +11,7 @@ import numpy as np
 from . import parallel
 from .kernels import merge as kmerge
 from .kernels.hashing import capacity_for
+from .kernels.pair_set import pair_set_find
 
 SHARDS = 8
 
@@ -86,4 +87,4 @@ class WorldPairs:
                 key = self.keys[pb + p]
                 assert kmerge.world_shard(key, SHARDS) == s, f"shard of pair {int(key):#x}"
                 assert counts.get(int(key)) == int(self.cnt[pb + p]), f"world count of pair {int(key):#x}"
-                assert kmerge.pair_set_find(self.slots, self.keys, s * cap, cap, pb, key) == p, "world hash"
+                assert pair_set_find(self.slots, self.keys, s * cap, cap, pb, key) == p, "world hash"

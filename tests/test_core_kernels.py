@@ -196,13 +196,37 @@ def test_id_pairs_sorted_are_the_sorted_id_pairs_of_the_keys():
     a, b = rng.integers(0, n, k), rng.integers(0, n, k)
     keys = (np.maximum(a, b).astype(np.uint64) << np.uint64(32)) | np.minimum(a, b).astype(np.uint64)
     lo, hi, out = np.empty(k, np.uint64), np.empty(k, np.uint64), np.zeros((k, 2), np.uint64)
-    assert kmerge.keys_to_ids(keys, obj_id, lo, hi)
+    assert kmerge.keys_to_ids(keys, obj_id, lo, hi, True)
     kmerge.id_pairs_sorted(lo, hi, out)
     lo2, hi2 = np.minimum(obj_id[a], obj_id[b]), np.maximum(obj_id[a], obj_id[b])
     order = np.lexsort((hi2, lo2))
     assert np.array_equal(out, np.stack([lo2[order], hi2[order]], 1))
     obj_id[int(a[7])] = np.uint64(2**40)
-    assert not kmerge.keys_to_ids(keys, obj_id, lo, hi)
+    assert not kmerge.keys_to_ids(keys, obj_id, lo, hi, False)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1)), max_size=300),
+       st.integers(0, 32))
+def test_id_pairs_sorted_packs_by_the_largest_ids_bits(pairs, shift):
+    """id_pairs_sorted packs each pair by the bits of the largest id (2 x 1 to 2 x 32 bits, 0 to 6 passes):
+    the pairs in (low id, high id) order for ids of any width, duplicates and ids of 0 and 2**32 - 1; the
+    ids of keys_to_ids are the same with and without its requests ahead."""
+    a = np.array([p[0] for p in pairs], np.uint64) >> np.uint64(shift)
+    b = np.array([p[1] for p in pairs], np.uint64) >> np.uint64(shift)
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    out = np.zeros((lo.shape[0], 2), np.uint64)
+    kmerge.id_pairs_sorted(lo, hi, out)
+    order = np.lexsort((hi, lo))
+    assert np.array_equal(out, np.stack([lo[order], hi[order]], 1).reshape(-1, 2))
+    obj_id = np.concatenate([a, b])
+    k = a.shape[0]
+    keys = (np.arange(k, dtype=np.uint64) << np.uint64(32)) | (np.arange(k, 2 * k, dtype=np.uint64))
+    got = [np.empty(k, np.uint64) for _ in range(4)]
+    assert kmerge.keys_to_ids(keys, obj_id, got[0], got[1], True)
+    assert kmerge.keys_to_ids(keys, obj_id, got[2], got[3], False)
+    assert np.array_equal(got[0], lo) and np.array_equal(got[1], hi)
+    assert np.array_equal(got[2], lo) and np.array_equal(got[3], hi)
 
 
 def test_row_prefetches_ask_for_reading_or_for_writing():

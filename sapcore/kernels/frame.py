@@ -73,7 +73,7 @@ def _ids_sorted(keys, obj_id, out, packed):
     """Handle-pair keys -> sorted uint64 rows (low id, high id) in ``out`` (uint64 [K, 2], K = ``keys``'
     length; ``World._keys_to_id_pairs``), with ``packed`` (uint64, >= K) as its workspace."""
     k = keys.shape[0]
-    if not keys_to_ids(keys, obj_id, out[:, 0], out[:, 1]):    # an id beyond 32 bits: sorted the long way
+    if not keys_to_ids(keys, obj_id, out[:, 0], out[:, 1], False):    # an id beyond 32 bits: sorted the long way
         lo = out[:, 0].copy()
         hi = out[:, 1].copy()
         order = np.argsort(hi, kind="mergesort")

@@ -6,6 +6,20 @@ import numpy as np
 
 from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
 from .hashing import hash_u64
+from .prefetch import prefetch_flat
+
+#: Ids ahead of the one looked up (inserted, removed) whose home slots are requested from memory: the map
+#: of a big world is far bigger than a cache, and each id's slot is anywhere in it.
+_AHEAD = 8
+
+
+@njit(**NJIT_INLINE)
+def _ask_ahead(keys, vals, ids, i):
+    """Request the home slot (key and value) of ``ids[i + _AHEAD]``, if any, from memory."""
+    if i + _AHEAD < ids.shape[0]:
+        j = np.int64(hash_u64(ids[i + _AHEAD]) & np.uint64(keys.shape[0] - 1))
+        prefetch_flat(keys, j)
+        prefetch_flat(vals, j)
 
 
 @njit(**NJIT_INLINE)
@@ -61,6 +75,7 @@ def idmap_find_many(keys, vals, ids, out):
     """out[i] = handle of ids[i] or -1; returns the index of the first unknown id, or -1."""
     first = -1
     for i in range(ids.shape[0]):
+        _ask_ahead(keys, vals, ids, i)
         h = idmap_find(keys, vals, ids[i])
         out[i] = h
         if h < 0 and first < 0:
@@ -71,6 +86,7 @@ def idmap_find_many(keys, vals, ids, out):
 @njit(**NJIT)
 def idmap_insert_many(keys, vals, ids, handles):
     for i in range(ids.shape[0]):
+        _ask_ahead(keys, vals, ids, i)
         idmap_insert(keys, vals, ids[i], handles[i])
 
 
@@ -91,6 +107,7 @@ def objects_admit(keys, vals, ids, handles, cat, msk, static, obj_id, obj_cat, o
 @njit(**NJIT)
 def idmap_remove_many(keys, vals, ids):
     for i in range(ids.shape[0]):
+        _ask_ahead(keys, vals, ids, i)
         idmap_remove(keys, vals, ids[i])
 
 
@@ -106,6 +123,7 @@ def idmap_rebuild(old_keys, old_vals, keys, vals):
 def idmap_lookup(keys, vals, ids, out):
     """out[i] = handle of ids[i], or -1 (parallel; the id map is only read)."""
     for i in prange(ids.shape[0]):
+        _ask_ahead(keys, vals, ids, i)
         out[i] = idmap_find(keys, vals, ids[i])
 
 
@@ -152,6 +170,7 @@ def frame_check_ids(keys, vals, rem_ids, upd_ids, add_ids, rem_h, upd_h, mark, k
     used = np.zeros(cap, np.uint8)
     mask = cap - 1
     for i in range(na):
+        _ask_ahead(keys, vals, add_ids, i)
         k = add_ids[i]
         if idmap_find(keys, vals, k) >= 0:
             return 3, 2, i

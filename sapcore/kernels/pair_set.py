@@ -45,6 +45,29 @@ def pair_set_find(slots, keys, sb, cap, pb, key):
 
 
 @njit(**NJIT_INLINE)
+def pair_set_probe(slots, keys, sb, cap, pb, key):
+    """Slot position (0..cap-1) holding ``key``, or else the empty one where it would go (``slots`` there
+    < 0; ``pair_set_insert_at`` puts it there): a find and an insert of an absent key in one probe."""
+    mask = cap - 1
+    i = np.int64(hash_u64(key) & np.uint64(mask))
+    while True:
+        p = slots[np.uint64(sb + i)]
+        if p < 0 or keys[np.uint64(pb + p)] == key:
+            return i
+        i = (i + 1) & mask
+
+
+@njit(**NJIT_INLINE)
+def pair_set_insert_at(slots, keys, pay, sb, pb, n, i, key, value):
+    """Append ``key`` with payload ``value`` at the empty slot position ``i`` of ``pair_set_probe``;
+    returns the new count n + 1."""
+    slots[np.uint64(sb + i)] = n
+    keys[np.uint64(pb + n)] = key
+    pay[np.uint64(pb + n)] = value
+    return n + 1
+
+
+@njit(**NJIT_INLINE)
 def pair_set_insert(slots, keys, pay, sb, cap, pb, n, key, value):
     """Append ``key`` (known to be absent) with payload ``value``; returns the new count n + 1."""
     mask = cap - 1
