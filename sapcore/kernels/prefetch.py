@@ -8,7 +8,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 
-def _prefetch(builder, data, offset, write: bool = True) -> None:
+def _prefetch(builder, data, offset, write: bool) -> None:
     """Emit LLVM's prefetch of the cache line at byte ``offset`` from the pointer ``data`` (for writing,
     or with ``write=False`` for reading only; high locality, data cache)."""
     base = builder.ptrtoint(data, cgutils.intp_t)
@@ -19,50 +19,42 @@ def _prefetch(builder, data, offset, write: bool = True) -> None:
     builder.call(fn, [addr, ir.Constant(i32, int(write)), ir.Constant(i32, 3), ir.Constant(i32, 1)])
 
 
-def _row_intrinsic(write: bool):
-    """The typing and code of a row prefetch (for writing too, or for reading only)."""
-    def _prefetch_row(typingctx, arr, row):
-        if not isinstance(arr, types.Array) or not isinstance(row, types.Integer):
+def _intrinsic(name: str, flat: bool, write: bool):
+    """The typing and code of a prefetch of ``arr`` at ``index``: the first cache line of row ``index``
+    (``flat`` False: the index times the first axis's stride), or the line of the element at flat position
+    ``index`` of a C-contiguous array (``flat``: the index times the element's size); for writing too, or
+    for reading only."""
+    def typer(typingctx, arr, index):
+        if (not isinstance(arr, types.Array) or not isinstance(index, types.Integer)
+                or (flat and arr.layout != "C")):
             return None
-        sig = types.void(arr, row)
+        sig = types.void(arr, index)
 
         def codegen(context, builder, signature, args):
-            aty, _ = signature.args
+            aty, ity = signature.args
             ary = context.make_array(aty)(context, builder, args[0])
-            idx = context.cast(builder, args[1], signature.args[1], types.intp)
-            stride = builder.extract_value(ary.strides, 0)
-            _prefetch(builder, ary.data, builder.mul(idx, stride), write)
+            idx = context.cast(builder, args[1], ity, types.intp)
+            if flat:
+                step = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(aty.dtype)))
+            else:
+                step = builder.extract_value(ary.strides, 0)
+            _prefetch(builder, ary.data, builder.mul(idx, step), write)
             return context.get_dummy_value()
 
         return sig, codegen
 
-    _prefetch_row.__name__ = _prefetch_row.__qualname__ = "prefetch_row" if write else "prefetch_row_read"
-    return _prefetch_row
+    typer.__name__ = typer.__qualname__ = name
+    return typer
 
 
 #: Prefetch the first cache line of ``arr[row]`` (2-D C-contiguous array; for writing too).
-_prefetch_row = _row_intrinsic(True)
+_prefetch_row = _intrinsic("prefetch_row", flat=False, write=True)
 #: The same for rows that are only read: no request for ownership of the line, so a row another core
 #: wrote (or reads) stays shared instead of moving to this core.
-_prefetch_row_read = _row_intrinsic(False)
-
-
-def _prefetch_flat(typingctx, arr, index):
-    """Prefetch the cache line of the element at flat position ``index`` of a C-contiguous array (for
-    writing too): ``arr.ravel()[index]`` without making the view."""
-    if not isinstance(arr, types.Array) or arr.layout != "C" or not isinstance(index, types.Integer):
-        return None
-    sig = types.void(arr, index)
-
-    def codegen(context, builder, signature, args):
-        aty, _ = signature.args
-        ary = context.make_array(aty)(context, builder, args[0])
-        idx = context.cast(builder, args[1], signature.args[1], types.intp)
-        size = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(aty.dtype)))
-        _prefetch(builder, ary.data, builder.mul(idx, size))
-        return context.get_dummy_value()
-
-    return sig, codegen
+_prefetch_row_read = _intrinsic("prefetch_row_read", flat=False, write=False)
+#: Prefetch the cache line of the element at flat position ``index`` of a C-contiguous array (for writing
+#: too): ``arr.ravel()[index]`` without making the view.
+_prefetch_flat = _intrinsic("prefetch_flat", flat=True, write=True)
 
 
 if numba.config.DISABLE_JIT:
