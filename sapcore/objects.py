@@ -14,6 +14,7 @@ from .kernels import idmap as kid
 from .kernels.hashing import capacity_for
 
 _NO_HANDLES = np.zeros(0, np.int32)     # shared: nothing can be written into it
+_NO_FILTERS = (np.zeros(0, np.uint32), np.zeros(0, np.uint32), np.zeros(0, np.uint8))   # (see ``pair_filters``)
 
 
 class ObjectStore:
@@ -22,10 +23,14 @@ class ObjectStore:
     id uint64, box float32 [2*dims] (mins then maxs), cat / mask uint32, static / alive uint8,
     flag uint8 (what the current frame does to it; zero between frames), crange int16 [6] (its cell
     range: first cell and extent per axis), lastpos int32 (its position on the update list).
+
+    ``filtered``: some object ever admitted had a category or mask other than all bits, or was static
+    (never unset: until then every live object has the default filters, and every pair is allowed).
     """
 
     def __init__(self, dims: int, capacity: int = 64):
         self.dims = dims
+        self.filtered = False
         self.next_handle = 0                      # handles [0, next_handle) were ever used
         self.free = np.zeros(0, np.int32)         # released handles, oldest first
         self._alloc(capacity)
@@ -75,6 +80,15 @@ class ObjectStore:
             self.idk, self.idv = keys, vals
         kid.objects_admit(self.idk, self.idv, ids, handles, cat, mask, static, self.id, self.cat, self.mask,
                           self.static, self.alive)
+        if not self.filtered:
+            self.filtered = bool((cat != 0xFFFFFFFF).any() or (mask != 0xFFFFFFFF).any() or static.any())
+
+    def pair_filters(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(cat, mask, static) for the kernels' pair filter (``kernels.sap_cell.pair_allowed``): the arrays,
+        or three empty ones while no object has filters of its own (every pair allowed, nothing read)."""
+        if self.filtered:
+            return self.cat, self.mask, self.static
+        return _NO_FILTERS
 
     def release(self, ids, handles) -> None:
         """Removed objects: out of the id map, their handles free for later frames."""

@@ -148,7 +148,7 @@ class World:
         self._scratch_ev = np.empty(1024, np.uint64)   # the event buffer, reused between frames
         self._scratch = np.empty((numba.config.NUMBA_NUM_THREADS, 3, 0), np.int32)
         self._kscratch = np.empty((numba.config.NUMBA_NUM_THREADS, 0), np.uint64)
-        self._listed_key = (None,) * 8        # see _listed_state
+        self._listed_key = (None,) * 9        # see _listed_state
         self._listed = None
         self._listed_calls = {}               # see _listed_call
 
@@ -210,17 +210,18 @@ class World:
     def _listed_state(self) -> None:
         """The arrays and constants ``frame_listed`` reads besides the frame's, kept between frames in one
         ``kframe.ListedState`` (``_listed``), with ``_listed_key``: the arrays whose replacement (the update
-        list changed, the object arrays, an arena, the pair table or a workspace grew) replaces any of them;
+        list changed, the object arrays, an arena, the pair table or a workspace grew) replaces any of them,
+        and whether the objects have filters (``ObjectStore.pair_filters``: the filter arrays or empty ones);
         ``_step_listed`` compares them by identity every frame and calls this on a difference."""
         ul, objects, sap, ps, wp = self.update_list, self.objects, self.sap, self.pair_sets, self.world_pairs
         self._listed_key = (ul.rows, ul.ids, objects.box, sap.arrays, ps.arrays, wp.slots, self._scratch,
-                            self._scratch_ev)
+                            self._scratch_ev, objects.filtered)
         self._listed_calls = {}
         make = kframe.listed_state_py if numba.config.DISABLE_JIT else kframe.listed_state
         self._listed = make(
             ul.ids, ul.handles, ul.rows, self.dims, self._coord_limit32,
             self._coord_limit_bits, self._bmin, self._inv, self._C,
-            objects.box, objects.crange, objects.flag, objects.cat, objects.mask, objects.static, objects.id,
+            objects.box, objects.crange, objects.flag, *objects.pair_filters(), objects.id,
             objects.lastpos, sap.n, sap.base, sap.cap, *sap.arrays, self._scratch, self._kscratch, ps.base, ps.cap,
             ps.n, *ps.arrays, self._scratch_ev, SHARDS, wp.slots, wp.keys, wp.cnt, wp.cap, wp.n, self._cell_stamp,
             self._cell_tidx, self._serial_work)
@@ -237,7 +238,8 @@ class World:
         objects, sap, ps, wp = self.objects, self.sap, self.pair_sets, self.world_pairs
         k = self._listed_key
         if not (k[0] is ul.rows and k[1] is ul.ids and k[2] is objects.box and k[3] is sap.arrays
-                and k[4] is ps.arrays and k[5] is wp.slots and k[6] is self._scratch and k[7] is self._scratch_ev):
+                and k[4] is ps.arrays and k[5] is wp.slots and k[6] is self._scratch and k[7] is self._scratch_ev
+                and k[8] is objects.filtered):
             self._listed_state()
         live = objects.count
         (status, row, code, axis, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created,
@@ -478,7 +480,7 @@ class World:
             bx_h, bx_pos, ep_key = sap.arrays
             f.stats.cell_overflows = int(over.sum())
             f.ev_key, f.ev_off, f.ev_n = karena.cells_recompute_events(
-                f.touched, over, self.dims, objects.cat, objects.mask, objects.static, sap.n, sap.base, bx_h, bx_pos,
+                f.touched, over, self.dims, *objects.pair_filters(), sap.n, sap.base, bx_h, bx_pos,
                 ep_key, ps.base, ps.cap, ps.n, *ps.arrays[:2], f.ev_key, f.ev_off, f.ev_n)
             f.ev_plus = f.ev_n
 
@@ -490,7 +492,7 @@ class World:
         f.ev_key = self._scratch_ev
         status, f.ev_total, f.swaps_total, created, deleted, pairs = kframe.frame_pairs(
             f.touched, f.ent_off, f.ent_h, self.dims, self._C, objects.flag, objects.crange,
-            objects.box.view(np.uint32), objects.cat, objects.mask, objects.static, sap.n, sap.base, *sap.arrays,
+            objects.box.view(np.uint32), *objects.pair_filters(), sap.n, sap.base, *sap.arrays,
             self._scratch, self._kscratch, ps.base, ps.cap, ps.n, *ps.arrays, f.ev_key, f.ev_off, f.ev_cap, f.counts,
             SHARDS, wp.slots, wp.keys, wp.cnt, wp.cap, wp.n, objects.id, f.rem_h, f.upd_h, f.add_h)
         return self._pairs_after(f, status, created, deleted, pairs)
@@ -504,7 +506,7 @@ class World:
         with parallel.region(self._max_threads, f.work, parallel.MIN_CELL_WORK):
             status, f.ev_total, f.swaps_total, created, deleted, pairs = kframe.pairs_parallel(
                 f.touched, f.ent_off, f.ent_h, self.dims, self._C, objects.flag, objects.crange,
-                objects.box.view(np.uint32), objects.cat, objects.mask, objects.static, sap.n, sap.base, *sap.arrays,
+                objects.box.view(np.uint32), *objects.pair_filters(), sap.n, sap.base, *sap.arrays,
                 self._scratch, self._kscratch, ps.base, ps.cap, ps.n, *ps.arrays, f.ev_key, f.ev_off, f.ev_cap,
                 f.counts, f.all_moved, parallel.MIN_EVENTS, self._max_threads, SHARDS, wp.slots, wp.keys, wp.cnt,
                 wp.cap, wp.n)

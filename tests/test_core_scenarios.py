@@ -183,6 +183,39 @@ def test_filters_and_static():
     assert twin.active == {(2, 4), (3, 4), (4, 7), (1, 5)}
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_filters_arrive_in_a_world_without_them(threads):
+    """The kernels read no filter while no object has one of its own (``ObjectStore.pair_filters`` gives
+    empty arrays: every pair allowed); the first object with a category, mask or static flag of its own
+    makes every later frame filter, the one-call frames of an unchanged list included."""
+    twin = Twin(cfg2(cells=(3, 3), bounds=(0.0, 0.0, 6.0, 6.0), threads=threads))
+    objects = twin.world.objects
+    rng = np.random.default_rng(7)
+    ids = np.arange(1, 41, dtype=np.uint64)
+    lo = rng.uniform(0.0, 5.0, (40, 2))
+    boxes = np.concatenate([lo, lo + rng.uniform(0.2, 1.5, (40, 2))], axis=1)
+    # explicit defaults are no filters of their own
+    twin.step(add_ids=ids, add_boxes=boxes, add_category=np.full(40, 0xFFFFFFFF, np.uint32),
+              add_mask=np.full(40, 0xFFFFFFFF, np.uint32), add_static=np.zeros(40, bool))
+    for k in range(3):                      # the same list: one-call frames
+        boxes[:, [0, 2]] += 0.05
+        twin.step(update_ids=ids, update_boxes=boxes)
+    assert not objects.filtered and all(a.shape[0] == 0 for a in objects.pair_filters())
+    # everything on one spot: category 1 meets only mask 1; static ones never meet each other
+    spot = [2.5, 2.5, 3.5, 3.5]
+    twin.step(add_ids=[100, 101, 102, 103], add_boxes=[spot] * 4, add_category=[1, 2, 0xFFFFFFFF, 0xFFFFFFFF],
+              add_mask=[1, 1, 0xFFFFFFFF, 0xFFFFFFFF], add_static=[False, False, True, True])
+    assert objects.filtered and objects.pair_filters()[0] is objects.cat
+    assert (100, 101) not in twin.active and (102, 103) not in twin.active
+    assert {(100, 102), (100, 103), (101, 102), (101, 103)} <= twin.active
+    for k in range(4):                      # a new list, then the same list again: one-call frames filter too
+        boxes[:, [1, 3]] += 0.1
+        twin.step(update_ids=ids, update_boxes=boxes)
+        assert (102, 103) not in twin.active
+    twin.step(update_ids=[101, 103], update_boxes=[spot, spot])
+    assert (100, 101) not in twin.active and (102, 103) not in twin.active
+
+
 def test_extreme_coordinates_in_a_tiny_world():
     """Grid coordinates of 1e15-sized boxes in a world of 1e-6 cells are far beyond int64."""
     cfg = WorldConfig(dims=2, bounds=(0.0, 0.0, 1.0e-6, 1.0e-6), cells=(8, 8), threads=2)
