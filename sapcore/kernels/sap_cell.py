@@ -18,12 +18,12 @@ comes first, which makes touching boxes overlap (inclusive rule); one integer co
 (001 §4): positions describe the current sorted order, which is what the incremental updates need.
 
 One frame of one cell (the body of ``cells_apply``), in order:
-  1. batch remove: boxes removed from the world or leaving the cell lose their pairs (found in the
-     cell's pair set) and their endpoints leave every axis. With few moved boxes and a few leaving ones,
-     by one pass per axis from the leaving boxes' first endpoint on, the staying boxes of the cell's last
-     slots taking the leaving boxes' slots (every other box keeps its own); with many leaving ones, by
-     one pass over each whole axis that renumbers the slots densely; with many moved boxes, by step 2's
-     pass over each axis;
+  1. batch remove: boxes removed from the world or leaving the cell lose their pairs (a few leaving boxes'
+     among many moved ones found by endpoint positions, else in the cell's pair set) and their endpoints
+     leave every axis. With few moved boxes and a few leaving ones, by one pass per axis from the leaving
+     boxes' first endpoint on, the staying boxes of the cell's last slots taking the leaving boxes' slots
+     (every other box keeps its own); with many leaving ones, by one pass over each whole axis that
+     renumbers the slots densely; with many moved boxes, by step 2's pass over each axis;
   2. update: with many moved boxes, one pass per axis gives every endpoint its box's current value
      and insertion-sorts it into place; with few (under a quarter of the cell), one box at a time gets its values and
      its endpoints move left or right to their places (Terdiman's per-object update). Every swap of a
@@ -73,6 +73,9 @@ def encode(bits):
 #: first endpoint on (their endpoints' positions sorted by insertion), the cell's last boxes taking their
 #: slots; more by a pass over each whole axis that renumbers every slot.
 _LEAVING_FEW = 8
+#: Up to this many boxes leaving a cell of many moved boxes find their pairs by positions, more (or among few
+#: moved boxes) by a pass over the cell's pair set.
+_LEAVING_BY_POSITION = 4
 
 #: A world whose boxes take up to this many bytes (half of a core's L2 cache on the reference machine)
 #: has them mostly at hand: its cells' apply does not ask for the moved boxes' rows ahead (``_list_boxes``;
@@ -181,16 +184,18 @@ def _list_boxes(ub, n, bx_h, flag, crange, cx, cy, cz, C, boxes_u, scratch, tid,
 
 
 @njit(**NJIT_INLINE)
-def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key, boxes_u, scratch, kscratch, tid,
-                    cell_pm_base, cell_pm_n, pm_keys, ev_key, eo, cap, cnt, all_moved):
-    """Step 1, batch remove: boxes removed from the world or leaving cell c lose their pairs and their
-    endpoints leave every axis. With few moved boxes and up to ``_LEAVING_FEW`` leaving ones (k), by one
-    pass per axis from the leaving boxes' first endpoint on, the staying boxes of the last k slots taking
-    the leaving boxes' slots below them (every other box keeps its slot); with more leaving ones, by one
-    pass over each whole axis that renumbers every slot densely. The moved boxes' slots, as they are
-    after, are listed in ``scratch[tid, 1]``. With many moved boxes, the axes are left to the update's one
-    pass per axis, which compacts them: returns (boxes left, moved boxes, event count, whether the axes
-    still hold the leaving boxes' endpoints, renumbered by ``scratch[tid, 0]``).
+def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key, boxes_u, cat, msk, static, scratch,
+                    kscratch, tid, cell_pm_base, cell_pm_n, pm_keys, ev_key, eo, cap, cnt, all_moved):
+    """Step 1, batch remove: boxes removed from the world or leaving cell c lose their pairs (among many
+    moved boxes, up to ``_LEAVING_BY_POSITION`` leaving ones: the boxes each overlaps by positions; else the
+    pairs of the cell's pair set that involve one) and their endpoints leave every axis. With few moved boxes and up to
+    ``_LEAVING_FEW`` leaving ones (k), by one pass per axis from the leaving boxes' first endpoint on, the
+    staying boxes of the last k slots taking the leaving boxes' slots below them (every other box keeps its
+    slot); with more leaving ones, by one pass over each whole axis that renumbers every slot densely. The
+    moved boxes' slots, as they are after, are listed in ``scratch[tid, 1]``. With many moved boxes, the
+    axes are left to the update's one pass per axis, which compacts them: returns (boxes left, moved boxes,
+    event count, whether the axes still hold the leaving boxes' endpoints, renumbered by
+    ``scratch[tid, 0]``).
 
     The boxes are listed by ``_list_boxes``, which requests the moved ones' rows from memory but in a world
     whose boxes are mostly at hand (``_ROWS_AT_HAND``)."""
@@ -205,13 +210,24 @@ def _remove_leaving(c, base, eb, n, dims, C, flag, crange, bx_h, bx_pos, ep_key,
     if k == 0:
         return n, moved, cnt, False
     # the cell's pairs that involve a leaving box are removed
-    pb = cell_pm_base[c] // 2
-    for p in range(cell_pm_n[c]):
-        key = pm_keys[np.uint64(pb + p)]
-        if (leaves_cell(flag, crange, key >> _S32, cx, cy, cz, C)
-                or leaves_cell(flag, crange, key & LOW32, cx, cy, cz, C)):
-            cnt = _emit(ev_key, eo, cap, cnt, key | EVENT_REMOVED)
-    if moved > 0 and 4 * moved >= n - k:
+    many = moved > 0 and 4 * moved >= n - k
+    if many and k <= _LEAVING_BY_POSITION:
+        # a leaving box's pairs are the boxes it overlaps by positions on every axis, which still hold the
+        # last frame's order (that of the cell's pair set): found in the cell's region, which step 2 reads
+        # all of with many moved boxes, instead of a pass over all the pair set's keys, mostly away in
+        # memory (with few moved boxes, reading the whole region for them cost more: sparse3d-100k); a pair
+        # of two leaving boxes once, from the first of them
+        for j in range(k):
+            cnt = _pairs_by_positions(np.int64(scratch[tid, 2, j]), n, True, base, dims, bx_h, bx_pos, cat, msk,
+                                      static, scratch, tid, ev_key, eo, cap, cnt)
+    else:
+        pb = cell_pm_base[c] // 2
+        for p in range(cell_pm_n[c]):
+            key = pm_keys[np.uint64(pb + p)]
+            if (leaves_cell(flag, crange, key >> _S32, cx, cy, cz, C)
+                    or leaves_cell(flag, crange, key & LOW32, cx, cy, cz, C)):
+                cnt = _emit(ev_key, eo, cap, cnt, key | EVENT_REMOVED)
+    if many:
         # many moved boxes: the axes are compacted by the pass that sorts them (``_sort_axis_fresh``); here
         # only the boxes' rows move to their new slots (their positions keep the old, uncompacted numbers,
         # which order the remaining endpoints as before: all the swap rules compare)
@@ -518,17 +534,37 @@ def _merge_entering(kn, e0, n, base, eb, dims, ent_h, bx_h, bx_pos, ep_key, boxe
 
 
 @njit(**NJIT_INLINE)
-def _pairs_of_few_entering(n_old, n, base, dims, bx_h, bx_pos, cat, msk, static, ev_key, eo, cap, cnt):
-    """Step 3b, a few entering boxes: each is tested against every box before it, by positions on every
-    axis (no sweep over the whole axis)."""
+def _pairs_by_positions(s, m, leaving, base, dims, bx_h, bx_pos, cat, msk, static, scratch, tid, ev_key, eo, cap,
+                        cnt):
+    """The pair events of box slot s with every box of slots [0, m) it overlaps by positions on every axis
+    (and may pair with): with ``leaving`` (a literal), removals, the leaving boxes (new slot -1 in
+    ``scratch[tid, 0]``) skipped below s and s itself (a pair of two leaving boxes once, from the first);
+    else creations. Every axis is tested, then one branch taken on the outcome: a branch per axis (as
+    ``_overlap_others``) is taken at random (a box overlaps a cell's other boxes on one axis often, on all
+    of them rarely). Unsigned indices (see ``_sort_axis_fresh``)."""
     ub = np.uint64(base)
-    for s in range(n_old, n):
-        hs = bx_h[ub + np.uint64(s)]
-        for tt in range(s):
-            if _overlap_others(bx_pos, base, s, tt, dims, -1):
-                ht = bx_h[ub + np.uint64(tt)]
-                if pair_allowed(cat, msk, static, hs, ht):
-                    cnt = _emit(ev_key, eo, cap, cnt, pair_key(hs, ht))
+    qs = ub + np.uint64(s)
+    hs = bx_h[qs]
+    x0 = bx_pos[qs, 0]
+    x1 = bx_pos[qs, 1]
+    y0 = bx_pos[qs, 2]
+    y1 = bx_pos[qs, 3]
+    z0 = bx_pos[qs, 4] if dims == 3 else 0
+    z1 = bx_pos[qs, 5] if dims == 3 else 0
+    for tt in range(m):
+        qt = ub + np.uint64(tt)
+        ok = (bx_pos[qt, 0] < x1) & (x0 < bx_pos[qt, 1]) & (bx_pos[qt, 2] < y1) & (y0 < bx_pos[qt, 3])
+        if dims == 3:
+            ok = ok & (bx_pos[qt, 4] < z1) & (z0 < bx_pos[qt, 5])
+        if leaving:
+            ok = ok & ((scratch[tid, 0, np.uint64(tt)] >= 0) | (tt > s))
+        if ok:
+            ht = bx_h[qt]
+            if pair_allowed(cat, msk, static, hs, ht):
+                key = pair_key(hs, ht)
+                if leaving:
+                    key |= EVENT_REMOVED
+                cnt = _emit(ev_key, eo, cap, cnt, key)
     return cnt
 
 
@@ -616,8 +652,8 @@ def _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat,
     eb = 2 * base
     n_old = np.int64(cell_n[c])
     n, moved, cnt, compact = _remove_leaving(c, base, eb, n_old, dims, C, flag, crange, bx_h, bx_pos, ep_key,
-                                             boxes_u, scratch, kscratch, tid, cell_pm_base, cell_pm_n, pm_keys, ev_key,
-                                             eo, cap, 0, all_moved)
+                                             boxes_u, cat, msk, static, scratch, kscratch, tid, cell_pm_base,
+                                             cell_pm_n, pm_keys, ev_key, eo, cap, 0, all_moved)
     sw = 0
     if moved > 0:
         cnt, sw = _update_moved(moved, n, n_old, compact, base, eb, dims, bx_h, bx_pos, ep_key, boxes_u, cat, msk,
@@ -627,8 +663,11 @@ def _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat,
     if kn > 0:
         _merge_entering(kn, e0, n, base, eb, dims, ent_h, bx_h, bx_pos, ep_key, boxes_u, kscratch, tid)
         if kn <= _DIRECT_MAX:
-            cnt = _pairs_of_few_entering(n, n + kn, base, dims, bx_h, bx_pos, cat, msk, static, ev_key, eo, cap,
-                                         cnt)
+            # step 3b, a few entering boxes: each tested against every box before it, by positions on every
+            # axis (no sweep over the whole axis)
+            for s in range(n, n + kn):
+                cnt = _pairs_by_positions(s, s, False, base, dims, bx_h, bx_pos, cat, msk, static, scratch, tid,
+                                          ev_key, eo, cap, cnt)
         else:
             cnt = _pairs_of_many_entering(n, n + kn, base, eb, dims, bx_h, bx_pos, ep_key, cat, msk, static,
                                           scratch, tid, ev_key, eo, cap, cnt)
