@@ -61,6 +61,9 @@ from .types import Delta, FrameStats, WorldConfig
 from .update_list import NO_ROW_OF, NO_ROWS, UpdateList
 from .world_pairs import SHARDS, WorldPairs
 
+#: A frame's empty side of its delta is a view of this: a zero-length view cannot change it (no elements; its
+#: shape and flags are its own), and costs 0.07 us against 0.26 us for a copy (two a frame: ~5% of a
+#: 100-object step).
 _EMPTY_PAIRS = np.zeros((0, 2), np.uint64)
 # the order of FrameStats' fields, which a whole frame in one call fills positionally (a keyword call costs
 # twice as much): a change of the dataclass fails here, at import
@@ -208,8 +211,8 @@ class World:
     def _delta(self, f, created, deleted) -> Delta:
         self._finish(f)                 # phase 8
         f.stats.created, f.stats.deleted = created.shape[0], deleted.shape[0]
-        return Delta(created.copy() if created is _EMPTY_PAIRS else created,
-                     deleted.copy() if deleted is _EMPTY_PAIRS else deleted, f.stats)
+        return Delta(created.view() if created is _EMPTY_PAIRS else created,
+                     deleted.view() if deleted is _EMPTY_PAIRS else deleted, f.stats)
 
     def _listed_state(self) -> None:
         """The arrays and constants ``frame_listed`` reads besides the frame's, kept between frames in one
@@ -253,9 +256,9 @@ class World:
             if pairs >= 0:
                 wp.count = pairs
             if created is None:             # (an empty side comes back as None: see frame_listed)
-                created = _EMPTY_PAIRS.copy()
+                created = _EMPTY_PAIRS.view()
             if deleted is None:
-                deleted = _EMPTY_PAIRS.copy()
+                deleted = _EMPTY_PAIRS.view()
             t1 = time.perf_counter()
             # positional (see _STATS_ORDER): objects, pairs, created, deleted, swaps, cells_touched,
             # cell_overflows, validate_s, rasterize_s, apply_s, merge_s, total_s
@@ -268,7 +271,7 @@ class World:
         self.frames += 1
         if status == kframe.LISTED_STILL:
             t1 = time.perf_counter()
-            return Delta(_EMPTY_PAIRS.copy(), _EMPTY_PAIRS.copy(),
+            return Delta(_EMPTY_PAIRS.view(), _EMPTY_PAIRS.view(),
                          FrameStats(objects=live, pairs=wp.count, validate_s=t1 - t0, total_s=t1 - t0))
         # the general phases go on from where the call stopped, with its arrays
         f = _Frame(t0)
@@ -394,7 +397,7 @@ class World:
         self.update_list.remember(f.upd, f.upd_h, f.upd_boxes, f.resolved.lookups, f.nr, f.add, _NO_HANDLES,
                                   f.add_boxes, False, self.objects)
         t1 = time.perf_counter()
-        return Delta(_EMPTY_PAIRS.copy(), _EMPTY_PAIRS.copy(),
+        return Delta(_EMPTY_PAIRS.view(), _EMPTY_PAIRS.view(),
                      FrameStats(objects=f.live, pairs=self.world_pairs.count, validate_s=t1 - f.t0, total_s=t1 - f.t0))
 
     def _admit(self, f) -> None:
