@@ -19,7 +19,9 @@ BOX_REASON = {
 ID_REASON = {1: "unknown id {id}", 2: "id {id} appears more than once in the frame",
              3: "id {id} is already live (an id appears at most once in a frame)"}
 ID_FIELDS = ("remove_ids", "update_ids", "add_ids")
-_EMPTY_COLUMN = {np.uint32: np.zeros(0, np.uint32), np.uint8: np.zeros(0, np.uint8)}
+#: A frame's per-add columns left out, up to this many adds (category and mask: every bit; static: 0)
+_DEFAULT_COLUMN = {(np.uint32, 0xFFFFFFFF): np.full(1024, 0xFFFFFFFF, np.uint32),
+                   (np.uint8, 0): np.zeros(1024, np.uint8)}
 # shared empty inputs (nothing can be written into an array without elements)
 _NO_IDS = np.zeros(0, np.uint64)
 _U64 = np.dtype(np.uint64)
@@ -88,7 +90,10 @@ def raise_bad_box(field: str, coord_limit: float, row: int, code: int, axis: int
 def check_column(x, n: int, field: str, dtype, default):
     """A per-add column (category, mask: uint32; static: 0/1 uint8) of ``n`` values, or its default."""
     if x is None:
-        return np.full(n, default, dtype) if n else _EMPTY_COLUMN[dtype]
+        # the default column: a slice of a shared one for the usual few adds (``np.full`` cost ~1 us a
+        # column); only read (``ObjectStore.admit``), never kept
+        col = _DEFAULT_COLUMN.get((dtype, default))
+        return col[:n] if col is not None and n <= col.shape[0] else np.full(n, default, dtype)
     a = np.asarray(x)
     if a.ndim != 1 or a.shape[0] != n:
         raise FrameError(field, -1, f"must be a 1-D array of {n} values, got shape {a.shape}")

@@ -78,10 +78,9 @@ class ObjectStore:
             keys, vals = np.zeros(cap, np.uint64), np.full(cap, -1, np.int32)
             kid.idmap_rebuild(self.idk, self.idv, keys, vals)
             self.idk, self.idv = keys, vals
-        kid.objects_admit(self.idk, self.idv, ids, handles, cat, mask, static, self.id, self.cat, self.mask,
-                          self.static, self.alive)
-        if not self.filtered:
-            self.filtered = bool((cat != 0xFFFFFFFF).any() or (mask != 0xFFFFFFFF).any() or static.any())
+        if kid.objects_admit(self.idk, self.idv, ids, handles, cat, mask, static, self.id, self.cat, self.mask,
+                             self.static, self.alive):
+            self.filtered = True
 
     def pair_filters(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(cat, mask, static) for the kernels' pair filter (``kernels.sap_cell.pair_allowed``): the arrays,
@@ -93,8 +92,7 @@ class ObjectStore:
     def release(self, ids, handles) -> None:
         """Removed objects: out of the id map, their handles free for later frames."""
         if handles.shape[0]:
-            kid.idmap_remove_many(self.idk, self.idv, ids)
-            self.alive[handles] = 0
+            kid.objects_release(self.idk, self.idv, ids, handles, self.alive)
             self.free = np.concatenate([self.free, handles])
 
     def clear_flags(self, *handle_lists) -> None:

@@ -319,8 +319,11 @@ class World:
         objects = self.objects
         f.rem_h = np.empty(f.nr, np.int32) if f.nr else _NO_HANDLES
         if f.nr:
-            with parallel.region(self._max_threads, f.nr):
-                kid.idmap_lookup(objects.idk, objects.idv, rem, f.rem_h)
+            if parallel.serial(self._max_threads, f.nr):      # a parallel kernel's launch costs a few us
+                kid.idmap_find_many(objects.idk, objects.idv, rem, f.rem_h)
+            else:
+                with parallel.region(self._max_threads, f.nr):
+                    kid.idmap_lookup(objects.idk, objects.idv, rem, f.rem_h)
         f.resolved = r = self.update_list.resolve(upd, f.upd_boxes, f.rem_h, objects)
         f.upd_h = r.handles
         # (known == 1 without removes or adds: the updates are the last list's live, distinct objects, or

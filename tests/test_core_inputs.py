@@ -72,3 +72,23 @@ def test_empty_arrays_and_empty_frames():
         d = twin.step()
         assert d.created.shape == (0, 2) and d.deleted.shape == (0, 2)
     assert twin.world.frames == 4
+
+
+def test_left_out_columns_are_the_defaults_for_few_and_many_adds():
+    """Adds without category, mask or static get every bit and not static, a few a frame (slices of shared
+    default columns) as a batch bigger than those; no object has filters of its own afterwards."""
+    w = new_world(WorldConfig(dims=2, bounds=(0.0, 0.0, 100.0, 100.0), cells=(4, 4)))
+    rng = np.random.default_rng(3)
+    lo = rng.uniform(0.0, 99.0, (1500, 2))
+    boxes = np.concatenate([lo, lo + 0.5], axis=1)
+    w.step(add_ids=np.arange(1300, dtype=np.uint64), add_boxes=boxes[:1300])
+    for k in range(1300, 1500, 4):
+        w.step(add_ids=np.arange(k, k + 4, dtype=np.uint64), add_boxes=boxes[k:k + 4])
+    objects = w.objects
+    h = objects.handles(np.arange(1500, dtype=np.uint64))
+    assert (objects.cat[h] == 0xFFFFFFFF).all() and (objects.mask[h] == 0xFFFFFFFF).all()
+    assert not objects.static[h].any() and not objects.filtered
+    w.step(add_ids=[5000], add_boxes=[[1.0, 1.0, 2.0, 2.0]], add_static=[True])
+    assert objects.filtered
+    w.step(add_ids=[5001], add_boxes=[[1.0, 1.0, 2.0, 2.0]])
+    assert objects.static[objects.handles([5000, 5001])].tolist() == [1, 0]

@@ -255,3 +255,25 @@ def test_row_prefetches_ask_for_reading_or_for_writing():
     ir = "".join(touch.inspect_llvm().values())
     kinds = re.findall(r"call void @llvm\.prefetch[.\w]*\([^,()]+, i32 (\d), i32 3, i32 1\)", ir)
     assert sorted(set(kinds)) == ["0", "1"], kinds
+
+
+@pytest.mark.parametrize("own", [None, "category", "mask", "static"])
+def test_objects_admit_answers_own_filters_and_release_undoes_it(own):
+    n, cap = 6, 32
+    keys, vals = np.zeros(16, np.uint64), np.full(16, -1, np.int32)
+    ids = np.arange(500, 500 + n, dtype=np.uint64) * np.uint64(977)
+    h = np.array([9, 2, 7, 0, 4, 11], np.int32)
+    cat, mask, static = np.full(n, 0xFFFFFFFF, np.uint32), np.full(n, 0xFFFFFFFF, np.uint32), np.zeros(n, np.uint8)
+    if own is not None:
+        {"category": cat, "mask": mask, "static": static}[own][n - 1] = 1    # the last one only
+    obj_id, obj_cat, obj_mask = np.zeros(cap, np.uint64), np.zeros(cap, np.uint32), np.zeros(cap, np.uint32)
+    obj_static, alive = np.zeros(cap, np.uint8), np.zeros(cap, np.uint8)
+    got = kid.objects_admit(keys, vals, ids, h, cat, mask, static, obj_id, obj_cat, obj_mask, obj_static, alive)
+    assert bool(got) == (own is not None)
+    assert np.array_equal(obj_id[h], ids) and np.array_equal(obj_cat[h], cat) and np.array_equal(obj_mask[h], mask)
+    assert np.array_equal(obj_static[h], static) and alive.sum() == n and alive[h].all()
+    kid.objects_release(keys, vals, ids[1:4], h[1:4], alive)
+    out = np.empty(n, np.int32)
+    kid.idmap_find_many(keys, vals, ids, out)
+    assert list(out) == [9, -1, -1, -1, 4, 11]
+    assert alive.sum() == n - 3 and not alive[h[1:4]].any()

@@ -233,6 +233,8 @@ def test_bench_tiny(capsys):
     assert [r["trace"] for r in res["rows"]] == [f"{s}-300" for s in traces.SCENARIOS]
     fixed, two = res["extras"]["fixed_cost"], res["extras"]["two_worlds"]
     assert set(fixed["step_us"]) == {"100", "1000", "10000"} and all(v > 0 for v in fixed["step_us"].values())
+    assert set(fixed["churn_step_us"]) == {"100", "1000"} and all(v > 0 for v in fixed["churn_step_us"].values())
+    assert "- 100 objects, one removed and one added a frame:" in out
     assert two["objects"] == 300 and two["alone_fps"] > 0 and two["scaling"] > 0
     assert "two 300-object worlds from two threads" in out
     paced = res["extras"]["paced"]

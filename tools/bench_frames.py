@@ -1,8 +1,9 @@
-"""Two engine measures of ``sapgrid bench`` beside the traces (in process, ``threads=1``):
+"""Three engine measures of ``sapgrid bench`` beside the traces (in process, ``threads=1``):
 
 - a frame's fixed cost: one world of N objects, every object moving a little every frame, for N of
   100, 1,000 and 10,000; per-step medians and the ratios of the small frames to the 10,000-object one
-  (targets: 100 objects <= 20 us and <= 0.02x, 1,000 objects <= 60 us and <= 0.06x);
+  (targets: 100 objects <= 20 us and <= 0.02x, 1,000 objects <= 60 us and <= 0.06x); and the small
+  worlds' frames with one object removed and one added besides the updates (a game's spawn and despawn);
 - worlds on the cores: two worlds of the bench's largest size (100,000 objects by default) stepped at
   once from two threads against one alone, in frames per second (target >= 1.7x on 2 cores);
 - paced frames: a world of the bench's largest size on every core, its frames back to back and paced at
@@ -39,14 +40,41 @@ def _moving_world(n: int, frames: int, seed: int, threads: int | None = 1):
     return world, ids, boxes
 
 
+def _churn_world(n: int, frames: int, seed: int):
+    """``_moving_world``'s world and motion, with one object removed and one added every frame (a game's
+    spawn and despawn): each frame removes a random object, updates the others in the last frame's order
+    and adds a new one at the removed one's place, which the next frame's list ends with."""
+    world, ids, boxes = _moving_world(n, frames, seed)
+    rng = np.random.default_rng(seed + 1)
+    live, rows, nxt = ids.copy(), np.arange(n), n
+    out = []
+    for t in range(frames):
+        k = int(rng.integers(live.shape[0]))
+        gone, row = live[k:k + 1].copy(), rows[k]
+        live, rows = np.delete(live, k), np.delete(rows, k)
+        new = np.array([nxt], np.uint64)
+        nxt += 1
+        out.append(dict(remove_ids=gone, update_ids=live, update_boxes=boxes[t][rows], add_ids=new,
+                        add_boxes=boxes[t][row:row + 1]))
+        live, rows = np.append(live, new), np.append(rows, row)
+    return world, out
+
+
 def fixed_cost(seed: int = 1, frames: int = 300, warm: int = 30, rounds: int = 5) -> dict:
     """Median step time (us) per world size, and the ratios to the largest. The sizes take turns, a
-    ``frames / rounds`` run each, so that a change of the machine's load falls on every size alike."""
+    ``frames / rounds`` run each, so that a change of the machine's load falls on every size alike.
+    ``churn_step_us``: the small sizes' frames with one object removed and one added (``_churn_world``),
+    measured in the same turns."""
     worlds = {n: _moving_world(n, frames + warm, seed) for n in SMALL_SIZES}
+    churned = {n: _churn_world(n, frames + warm, seed) for n in SMALL_SIZES[:-1]}
     times: dict[int, list[float]] = {n: [] for n in SMALL_SIZES}
+    churn_times: dict[int, list[float]] = {n: [] for n in churned}
     for world, ids, boxes in worlds.values():
         for b in boxes[:warm]:
             world.step(update_ids=ids, update_boxes=b)
+    for world, kws in churned.values():
+        for kw in kws[:warm]:
+            world.step(**kw)
     per = frames // rounds
     for r in range(rounds):
         for n, (world, ids, boxes) in worlds.items():
@@ -54,10 +82,16 @@ def fixed_cost(seed: int = 1, frames: int = 300, warm: int = 30, rounds: int = 5
                 t0 = time.perf_counter()
                 world.step(update_ids=ids, update_boxes=b)
                 times[n].append(time.perf_counter() - t0)
+        for n, (world, kws) in churned.items():
+            for kw in kws[warm + r * per:warm + (r + 1) * per]:
+                t0 = time.perf_counter()
+                world.step(**kw)
+                churn_times[n].append(time.perf_counter() - t0)
     out = {n: float(np.median(times[n])) * 1e6 for n in SMALL_SIZES}
     big = out[SMALL_SIZES[-1]]
     return dict(step_us={str(n): v for n, v in out.items()},
-                ratio={str(n): out[n] / big for n in SMALL_SIZES[:-1]})
+                ratio={str(n): out[n] / big for n in SMALL_SIZES[:-1]},
+                churn_step_us={str(n): float(np.median(v)) * 1e6 for n, v in churn_times.items()})
 
 
 def two_worlds(n: int = 100_000, frames: int = 30, seed: int = 1) -> dict:
@@ -121,6 +155,9 @@ def text(fc: dict, tw: dict, pc: dict | None = None) -> str:
                          f"(targets <= {t_us:.0f} us, <= {t_ratio}x): {ok}")
         else:
             lines.append(f"- {n} objects: {us:.1f} us a step")
+    for n, us in fc.get("churn_step_us", {}).items():
+        lines.append(f"- {n} objects, one removed and one added a frame: {us:.1f} us a step "
+                     f"= {us / fc['step_us'][n]:.2f}x the frame of updates only")
     ok = "ok" if tw["scaling"] >= 1.7 else "MISSED"
     lines.append(f"- two {tw['objects']}-object worlds from two threads: {tw['together_fps']:.1f} frames/s "
                  f"against {tw['alone_fps']:.1f} for one alone = {tw['scaling']:.2f}x (target >= 1.7x): {ok}")

@@ -34,8 +34,6 @@ def pair_key(a, b):
 
 
 def capacity_for(count, minimum=16):
-    """Power-of-two table size that keeps the load factor at or below 1/2 (15 -> 32, 16 -> 32, 7 -> 16)."""
-    cap = minimum
-    while cap < 2 * count + 1:
-        cap *= 2
-    return cap
+    """Power-of-two table size (``minimum`` a power of two) that keeps the load factor below 1/2: the least
+    power of two above 2 * count (7 -> 16, 15 -> 32, 16 -> 64)."""
+    return max(minimum, 1 << (2 * int(count)).bit_length())
