@@ -25,8 +25,9 @@ The world is made of owners, each with its own invariants (``validate`` calls ea
   8. finish: ids of the delta, free removed handles, clear the frame's flags
 
 A frame whose work runs on the calling thread (``threads=1``, or a small frame; ``parallel.serial``)
-calls each parallel kernel's serial twin, and makes one kernel call for phases 2-3 and one for phases
-4-7 (``kernels/frame.py``): between the phases of a small frame, Python cost more than the kernels. A
+calls each parallel kernel's serial twin, and makes one kernel call for phases 2-7 (``_serial_frame``,
+``kernels.frame.frame_cells_pairs``; phases 4-7 alone after a stop for room): between the phases of a
+small frame, Python and the calls cost more than the kernels' work. A
 frame whose cells run in parallel makes one call for phases 4-7 too (``kframe.pairs_parallel``: the
 parallel kernels launched from compiled code), which leaves the delta's id pairs to Python: after a big
 kernel, each small numpy operation cost ~10 us.
@@ -109,6 +110,7 @@ class _Frame:
         self.room = None                # phase 3's sizes when phase 2 computed them
         self.flags_cleared = False      # the frame's flags were cleared with its pairs (``_pairs_serial``)
         self.swaps_total = None
+        self.nt = None                  # touched cells, where ``touched`` is not kept (``_serial_frame``)
         self.all_moved = False          # the cells take every staying box as moved (``_rasterize``)
 
 
@@ -129,6 +131,8 @@ class World:
         self._max_threads = min(config.threads or numba.config.NUMBA_NUM_THREADS, numba.config.NUMBA_NUM_THREADS)
         # work from which a frame's cells are applied by the parallel phases (``parallel.serial``)
         self._serial_work = (1 << 62) if self._max_threads == 1 else parallel.MIN_OPS
+        # the same for phases 4-7 of a frame whose phase 2 runs on the calling thread (``_cells_serial``)
+        self._serial_cell_work = (1 << 62) if self._max_threads == 1 else parallel.MIN_CELL_WORK
         # |coordinate| <= coord_limit, checked on the caller's values; float32 values are checked against
         # the limit rounded up to float32, so a value at the limit passes in either precision
         self._coord_limit = float(config.coord_limit)
@@ -191,6 +195,8 @@ class World:
             if f.moving == 0 and f.nr == 0 and f.na == 0:
                 return self._unchanged(f)
             self._admit(f)                  # phase 1
+            if parallel.serial(self._max_threads, f.moving + f.na):
+                return self._serial_frame(f)    # phases 2-8, 2-7 in one call where it can
             self._rasterize(f)              # phase 2
             return self._from_room(f)
 
@@ -420,21 +426,47 @@ class World:
         f.list_rows, f.row_mode = self.update_list.remember(f.upd, f.upd_h, f.upd_boxes, f.resolved.lookups, f.nr,
                                                             f.add, f.add_h, f.add_boxes, True, objects)
 
-    def _rasterize(self, f) -> None:
-        """Phase 2: cell ranges, boxes and flags (parallel); the touched cells and their entries (serial).
-        A frame whose ranges run on the calling thread gets them, its touched cells and their sizes (phase
-        3's kernel) from one call."""
-        objects = self.objects
-        if parallel.serial(self._max_threads, f.moving + f.na):
-            (f.touched, f.ent_off, f.ent_h, room, grow, f.ev_off, f.ev_cap, max_cap, f.work) = kframe.frame_cells(
-                self.dims, self._bmin, self._inv, self._C, objects.box, objects.crange, objects.flag, f.upd_h,
-                f.upd_boxes, f.add_h, f.add_boxes, f.same, f.list_rows, f.row_mode, objects.lastpos, self.sap.n,
-                f.rem_h, f.moving, f.live, self._cell_stamp, self._cell_tidx, self.frames, self.sap.cap,
-                self.pair_sets.n)
-            f.room = (room, grow, max_cap)
-            f.t2 = time.perf_counter()
+    def _serial_frame(self, f) -> Delta:
+        """Phases 2-8 of a frame whose phase 2 runs on the calling thread: phases 2-7 in one call
+        (``kernels.frame.frame_cells_pairs``: ranges, touched cells and their sizes, then the cells' SAPs,
+        netting, merge and the delta's id pairs), all of it in ``apply_s``; where the call stops (a cell,
+        the event buffer or the workspace without room, work for the parallel phases, an overflowed event
+        slice, a pair set or the pair table without room) the general phases go on from its arrays."""
+        objects, sap, ps, wp = self.objects, self.sap, self.pair_sets, self.world_pairs
+        (status, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created,
+         deleted) = kframe.frame_cells_pairs(
+            self.dims, self._bmin, self._inv, self._C, objects.box, objects.crange, objects.flag, f.upd_h,
+            f.upd_boxes, f.add_h, f.add_boxes, f.same, f.list_rows, f.row_mode, objects.lastpos, sap.n, f.rem_h,
+            f.moving, f.live, self._cell_stamp, self._cell_tidx, self.frames, sap.cap, ps.n, *objects.pair_filters(),
+            sap.base, *sap.arrays, self._scratch, self._kscratch, ps.base, ps.cap, *ps.arrays, self._scratch_ev,
+            SHARDS, wp.slots, wp.keys, wp.cnt, wp.cap, wp.n, objects.id, self._serial_cell_work)
+        f.t2 = time.perf_counter()
+        f.work = work
+        if status == kframe.PAIRS_DONE:
+            if pairs >= 0:
+                wp.count = pairs
+            f.flags_cleared = True
+            f.nt, f.swaps_total = nt, swaps
+            f.t4 = f.t2
+            f.stats.apply_s = f.t2 - f.t1
+            return self._delta(f, _EMPTY_PAIRS if created is None else created,
+                               _EMPTY_PAIRS if deleted is None else deleted)
+        f.touched, f.ent_h, f.ent_off, f.ev_off, f.ev_cap, need, counts = kframe.unpack_room(ibuf, lbuf, nt)
+        if status == kframe.LISTED_ROOM:            # phases 2-3 done: room first, then the general phases
             f.stats.rasterize_s = f.t2 - f.t1
-            return
+            f.room = (need, bool((need > sap.cap[f.touched]).any()), max_cap)
+            return self._from_room(f)
+        f.t2 = f.t1                     # phases 2-7's time is the apply's
+        f.counts = counts
+        f.ev_n, f.ev_plus, f.swaps, f.out_n = counts
+        f.ev_key = self._scratch_ev
+        f.ev_total, f.swaps_total = events, swaps
+        return self._delta(f, *self._pairs_after(f, status, created, deleted, pairs))
+
+    def _rasterize(self, f) -> None:
+        """Phase 2 of a frame whose ranges run in parallel: cell ranges, boxes and flags (parallel); the
+        touched cells and their entries (serial)."""
+        objects = self.objects
         newr = np.empty((f.upd_h.shape[0] + f.na, 6), np.int32)
         # most of the world's boxes move: the cells take every staying box as moved (a box that did not move
         # gets its own values again), so the flags of the ones that keep their cells are not written
@@ -601,7 +633,7 @@ class World:
         s.merge_s, s.total_s = t5 - f.t4, t5 - f.t0
         s.objects, s.pairs = self.objects.count, self.world_pairs.count
         s.swaps = int(f.swaps.sum()) if f.swaps_total is None else f.swaps_total
-        s.cells_touched = f.touched.shape[0]
+        s.cells_touched = f.touched.shape[0] if f.nt is None else f.nt
 
     def _keys_to_id_pairs(self, keys):
         """Handle-pair keys -> sorted uint64 [K, 2] rows of (low id, high id)."""

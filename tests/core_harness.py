@@ -29,8 +29,8 @@ def new_world(cfg: WorldConfig):
 
 
 def compile_one_call_frames() -> None:
-    """Run a few small listed frames, so that the one-call frame's kernels are compiled (or loaded) before a
-    test puts Python wrappers in their modules' places: a kernel compiled while a kernel it calls is wrapped
+    """Run a few small frames, listed and not, so that the one-call frames' kernels are compiled (or loaded)
+    before a test puts Python wrappers in their modules' places: a kernel compiled while a kernel it calls is wrapped
     cannot type that call (with the kernel cache cold, the order of the tests would decide)."""
     w = sapcore.World(WorldConfig(dims=2, bounds=(0.0, 0.0, 10.0, 10.0), cells=(2, 2), threads=1))
     ids = np.arange(8, dtype=np.uint64)
@@ -38,6 +38,9 @@ def compile_one_call_frames() -> None:
     w.step(add_ids=ids, add_boxes=boxes.astype(np.float32))
     for k in range(3):
         w.step(update_ids=ids, update_boxes=(boxes + 0.1 * (k + 1)).astype(np.float32))
+    # and a frame that removes and adds (``frame_cells_pairs``)
+    w.step(remove_ids=ids[:1], update_ids=ids[1:], update_boxes=boxes[1:].astype(np.float32), add_ids=ids[:1] + 100,
+           add_boxes=boxes[:1].astype(np.float32))
 
 
 def check_pair_array(arr, name: str) -> set:

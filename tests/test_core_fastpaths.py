@@ -431,6 +431,8 @@ def test_serial_frame_falls_back_to_the_general_phases_where_it_must(monkeypatch
         return call
 
     monkeypatch.setattr(world_mod.kframe, "frame_pairs", counted(kframe.frame_pairs, seen))
+    # a frame that adds runs phases 2-7 in one call too (its statuses beside frame_pairs')
+    monkeypatch.setattr(world_mod.kframe, "frame_cells_pairs", counted(kframe.frame_cells_pairs, seen))
     monkeypatch.setattr(world_mod.kframe, "frame_listed", counted(kframe.frame_listed, listed))
     # (these frames are small: their one call is the twin that keeps the GIL)
     monkeypatch.setattr(world_mod.kframe, "frame_listed_held", counted(kframe.frame_listed_held, listed))

@@ -231,6 +231,43 @@ def frame_pairs(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
 
 
 @njit(**NJIT)
+def frame_cells_pairs(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, same, rows,
+                      row_mode, lastpos, cell_n, rem_h, dense_moving, live, cell_stamp, cell_tidx, frame, cell_cap,
+                      cell_pm_n, cat, msk, static, cell_base, bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base,
+                      cell_pm_cap, pm_slots, pm_keys, pm_flag, ev_key, shards, g_slots, g_keys, g_cnt, g_cap, g_n,
+                      obj_id, serial_work):
+    """Phases 2-7 of a frame whose phase 2 runs on the calling thread (a small frame that removes or adds
+    objects), in one call: ``frame_cells``, then ``frame_pairs`` when every touched cell, the event buffer
+    and the workspace have room and the cells' work is under ``serial_work`` (as ``frame_listed`` decides;
+    one call and none of Python's work between the two: a small frame's kernels each cost more than their
+    work, their code and data out of the nearer caches by then).
+
+    Returns ``(status, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created, deleted)``: LISTED_ROOM
+    with phases 2-3 done (``ibuf`` / ``lbuf`` as ``frame_listed``'s: the caller makes room and goes on);
+    else ``frame_pairs``' status, with its created and deleted rows (None when empty) for PAIRS_DONE, and
+    ``ibuf`` / ``lbuf`` for the phases any other status leaves to the caller."""
+    touched, ent_off, ent_h, need, grow, ev_off, ev_cap, max_cap, work = frame_cells(
+        dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, same, rows, row_mode, lastpos,
+        cell_n, rem_h, dense_moving, live, cell_stamp, cell_tidx, frame, cell_cap, cell_pm_n)
+    nt = touched.shape[0]
+    counts = np.empty((4, nt), np.int64)
+    if (grow or ev_off[nt] > ev_key.shape[0] or ev_key.shape[0] > 8 * max(ev_off[nt], 1 << 16)
+            or scratch.shape[2] < max_cap + 1 or work >= serial_work):
+        ibuf, lbuf = _room_arrays(touched, ent_h, ent_off, need, ev_off, ev_cap, counts)
+        return LISTED_ROOM, 0, 0, 0, nt, max_cap, work, ibuf, lbuf, None, None
+    status, events, sw, created, deleted, pairs = frame_pairs(
+        touched, ent_off, ent_h, dims, C, flag, crange, boxes.view(np.uint32), cat, msk, static, cell_n, cell_base,
+        bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys, pm_flag,
+        ev_key, ev_off, ev_cap, counts, shards, g_slots, g_keys, g_cnt, g_cap, g_n, obj_id, rem_h, upd_h, add_h)
+    if status == PAIRS_DONE:        # (an empty side as None, as ``frame_listed`` returns it)
+        cr = created if created.shape[0] > 0 else None
+        de = deleted if deleted.shape[0] > 0 else None
+        return status, events, sw, pairs, nt, max_cap, work, None, None, cr, de
+    ibuf, lbuf = _room_arrays(touched, ent_h, ent_off, need, ev_off, ev_cap, counts)
+    return status, events, sw, pairs, nt, max_cap, work, ibuf, lbuf, None, None
+
+
+@njit(**NJIT)
 def pairs_parallel(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static, cell_n, cell_base,
                    bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_cap, cell_pm_n, pm_slots, pm_keys,
                    pm_flag, ev_key, ev_off, ev_cap, counts, all_moved, min_events, parts, shards, g_slots, g_keys,
