@@ -466,6 +466,57 @@ def test_serial_frame_falls_back_to_the_general_phases_where_it_must(monkeypatch
     t.check_state()
 
 
+def test_serial_frame_that_adds_stops_where_it_must(monkeypatch):
+    """A frame on the calling thread that removes or adds runs phases 2-7 in one call (``frame_cells_pairs``),
+    which stops after phase 3 for room in a cell, and after the cells' kernels for an event slice that
+    overflowed, a pair set or the world's pair table without room: each happens here (counted), every
+    frame one object removed and one added (never the listed frame), and every frame matches the oracle."""
+    from sapcore import world as world_mod
+    from sapcore.kernels import frame as kframe
+
+    compile_one_call_frames()
+    seen = {}
+
+    def counted(*args):
+        out = real(*args)
+        seen[out[0]] = seen.get(out[0], 0) + 1
+        return out
+
+    real = kframe.frame_cells_pairs
+    monkeypatch.setattr(world_mod.kframe, "frame_cells_pairs", counted)
+    rng = np.random.default_rng(9)
+    t = Twin(WorldConfig(dims=2, bounds=(0.0, 0.0, 40.0, 40.0), cells=(2, 2), threads=1), queries_per_frame=1)
+    n = 60
+    ids = np.arange(n, dtype=np.uint64)
+    c = rng.uniform(1, 19, (n, 2)).astype(np.float32)            # one cell, boxes apart (tiny)
+    apart = np.concatenate([c, c + np.float32(0.01)], 1)
+    t.step(add_ids=ids, add_boxes=apart)
+    extra = 1000                                                  # the one object swapped every frame
+
+    def churned(boxes, **kw):
+        nonlocal extra
+        spot = np.array([[30.0, 30.0, 30.5, 30.5]], np.float32)
+        gone = [extra] if extra > 1000 else None
+        extra += 1
+        return t.step(update_ids=ids, update_boxes=boxes, remove_ids=gone, add_ids=[extra], add_boxes=spot, **kw)
+
+    boxes = apart.copy()
+    for g in range(12):      # 10 new pairs a frame in one cell: its pair set and the pair table run short
+        boxes[5 * g:5 * g + 5] = np.array([1 + 1.5 * g, 2, 2 + 1.5 * g, 3], np.float32)
+        churned(boxes)
+    overflows = 0
+    for k in range(3):       # ~n^2/2 pairs start in one cell in one frame, beyond its event slice
+        together = np.tile(np.array([[5, 5, 6, 6]], np.float32), (n, 1)) + np.float32(0.01 * k)
+        overflows += churned(together).stats.cell_overflows
+        churned(_move(rng, apart, step=0.005))
+    assert overflows > 0
+    churned(apart + np.array([20, 0, 20, 0], np.float32))          # into a cell without room for them
+    for status in (kframe.LISTED_ROOM, kframe.PAIRS_DONE, kframe.PAIRS_OVERFLOW, kframe.PAIRS_NET,
+                   kframe.PAIRS_MERGE):
+        assert seen.get(status, 0) > 0, (status, seen)
+    t.check_state()
+
+
 @pytest.mark.parametrize("dims", [2, 3])
 def test_a_one_call_frame_names_a_bad_box_as_the_general_check_does(dims, monkeypatch):
     """A small frame of the last list's updates runs whole in ``frame_listed``, which checks the boxes
