@@ -285,17 +285,23 @@ class World:
         f.stats.rasterize_s = f.t2 - t0
         f.rem, f.rem_h, f.upd, f.upd_h, f.add_h = upd[:0], _NO_HANDLES, upd, ul.handles, _NO_HANDLES
         f.nr, f.nu, f.na, f.live = 0, nu, 0, live
+        with parallel.frame(self._max_threads):     # its parallel launches keep one pin (``parallel.frame``)
+            return self._go_on(f, status, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created, deleted)
+
+    def _go_on(self, f, status, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created, deleted) -> Delta:
+        """After a one-call frame stopped (``frame_listed``, ``frame_cells_pairs``; their results): the general
+        phases go on from its arrays, room first when it stopped after phase 3 (LISTED_ROOM), else what
+        ``frame_pairs``' status leaves."""
         f.touched, f.ent_h, f.ent_off, f.ev_off, f.ev_cap, need, counts = kframe.unpack_room(ibuf, lbuf, nt)
         f.work = work
-        with parallel.frame(self._max_threads):     # its parallel launches keep one pin (``parallel.frame``)
-            if status == kframe.LISTED_ROOM:
-                f.room = (need, bool((need > sap.cap[f.touched]).any()), max_cap)
-                return self._from_room(f)
-            f.counts = counts
-            f.ev_n, f.ev_plus, f.swaps, f.out_n = counts
-            f.ev_key = self._scratch_ev
-            f.ev_total, f.swaps_total = events, swaps
-            return self._delta(f, *self._pairs_after(f, status, created, deleted, pairs))
+        if status == kframe.LISTED_ROOM:
+            f.room = (need, bool((need > self.sap.cap[f.touched]).any()), max_cap)
+            return self._from_room(f)
+        f.counts = counts
+        f.ev_n, f.ev_plus, f.swaps, f.out_n = counts
+        f.ev_key = self._scratch_ev
+        f.ev_total, f.swaps_total = events, swaps
+        return self._delta(f, *self._pairs_after(f, status, created, deleted, pairs))
 
     def _listed_call(self, held, upd, boxes, live):
         """``frame_listed`` (``frame_listed_held`` when ``held``) on this frame, through the compiled
@@ -441,7 +447,6 @@ class World:
             sap.base, *sap.arrays, self._scratch, self._kscratch, ps.base, ps.cap, *ps.arrays, self._scratch_ev,
             SHARDS, wp.slots, wp.keys, wp.cnt, wp.cap, wp.n, objects.id, self._serial_cell_work)
         f.t2 = time.perf_counter()
-        f.work = work
         if status == kframe.PAIRS_DONE:
             if pairs >= 0:
                 wp.count = pairs
@@ -451,17 +456,11 @@ class World:
             f.stats.apply_s = f.t2 - f.t1
             return self._delta(f, _EMPTY_PAIRS if created is None else created,
                                _EMPTY_PAIRS if deleted is None else deleted)
-        f.touched, f.ent_h, f.ent_off, f.ev_off, f.ev_cap, need, counts = kframe.unpack_room(ibuf, lbuf, nt)
-        if status == kframe.LISTED_ROOM:            # phases 2-3 done: room first, then the general phases
-            f.stats.rasterize_s = f.t2 - f.t1
-            f.room = (need, bool((need > sap.cap[f.touched]).any()), max_cap)
-            return self._from_room(f)
-        f.t2 = f.t1                     # phases 2-7's time is the apply's
-        f.counts = counts
-        f.ev_n, f.ev_plus, f.swaps, f.out_n = counts
-        f.ev_key = self._scratch_ev
-        f.ev_total, f.swaps_total = events, swaps
-        return self._delta(f, *self._pairs_after(f, status, created, deleted, pairs))
+        if status == kframe.LISTED_ROOM:
+            f.stats.rasterize_s = f.t2 - f.t1       # phases 2-3
+        else:
+            f.t2 = f.t1                             # phases 2-7's time is the apply's
+        return self._go_on(f, status, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created, deleted)
 
     def _rasterize(self, f) -> None:
         """Phase 2 of a frame whose ranges run in parallel: cell ranges, boxes and flags (parallel); the
