@@ -493,12 +493,12 @@ def test_serial_frame_that_adds_stops_where_it_must(monkeypatch):
     t.step(add_ids=ids, add_boxes=apart)
     extra = 1000                                                  # the one object swapped every frame
 
-    def churned(boxes, **kw):
+    def churned(boxes):
         nonlocal extra
         spot = np.array([[30.0, 30.0, 30.5, 30.5]], np.float32)
         gone = [extra] if extra > 1000 else None
         extra += 1
-        return t.step(update_ids=ids, update_boxes=boxes, remove_ids=gone, add_ids=[extra], add_boxes=spot, **kw)
+        return t.step(update_ids=ids, update_boxes=boxes, remove_ids=gone, add_ids=[extra], add_boxes=spot)
 
     boxes = apart.copy()
     for g in range(12):      # 10 new pairs a frame in one cell: its pair set and the pair table run short
