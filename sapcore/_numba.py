@@ -107,6 +107,10 @@ NJIT_PARALLEL = dict(NJIT, parallel=True)
 NJIT_SERIAL = dict(NJIT, parallel=True)
 #: Small helpers that take arrays are inlined into their callers at the numba IR level: a real call
 #: would pay two atomic reference-count updates per array argument, which costs more than the helper.
+#: Inlined into a kernel of the plain pipeline (``NJIT``), a helper's parameters are still copies of the
+#: caller's arrays, each with those two updates per call, so per iteration in a loop; the serial pipeline
+#: (``NJIT_SERIAL``) propagates the copies away: a helper called in a loop (``sap_cell._apply_cell``) is
+#: inlined into kernels of that pipeline only (``kernels.frame._cells_serial``).
 NJIT_INLINE = dict(NJIT, inline="always")
 #: A kernel that keeps the GIL: the entry of a kernel for work so short that letting other threads run
 #: meanwhile costs more than it gives (``kernels.frame.frame_listed_held``). A function of its own: numba's

@@ -211,8 +211,10 @@ class World:
 
     def _cells_serial(self, f) -> bool:
         """Do the cells' SAPs run on the calling thread (phases 4-7 in one call, or the serial cell apply)?
-        Never with ``f.all_moved``: the serial paths read every staying box's flag, which it leaves unwritten."""
-        return parallel.serial(self._max_threads, f.work, parallel.MIN_CELL_WORK) and not f.all_moved
+        Never with ``f.all_moved``: the serial paths read every staying box's flag, which it leaves unwritten.
+        (``parallel.serial(self._max_threads, f.work, parallel.MIN_CELL_WORK)``, kept in ``_serial_cell_work``
+        for the one-call frames too.)"""
+        return f.work < self._serial_cell_work and not f.all_moved
 
     def _delta(self, f, created, deleted) -> Delta:
         self._finish(f)                 # phase 8

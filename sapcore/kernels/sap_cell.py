@@ -40,7 +40,7 @@ event buffer. A slice that overflows keeps counting; its cell is recomputed afte
 import numba
 import numpy as np
 
-from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, NJIT_SERIAL, njit, prange
+from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, njit, prange
 from .grid import FLAG_MOVED, FLAG_MOVED_CELLS, FLAG_REMOVED, in_crange
 from .hashing import EVENT_REMOVED, pair_key
 from .prefetch import prefetch_flat, prefetch_row_read
@@ -701,18 +701,6 @@ def cells_apply(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, ms
         _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static, cell_n,
                     cell_base, bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_n, pm_keys, ev_key,
                     ev_off, ev_n, ev_plus, swaps, numba.get_thread_id(), all_moved)
-
-
-@njit(**NJIT_SERIAL)
-def cells_apply_serial(touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static,
-                       cell_n, cell_base, bx_h, bx_pos, ep_key, scratch, kscratch,
-                       cell_pm_base, cell_pm_n, pm_keys, ev_key, ev_off, ev_n, ev_plus, swaps):
-    """``cells_apply`` on the calling thread alone (no parallel launch: its fixed cost is most of a small
-    frame's apply); the same results, cell after cell."""
-    for t in range(touched.shape[0]):
-        _apply_cell(t, touched, ent_off, ent_h, dims, C, flag, crange, boxes_u, cat, msk, static, cell_n,
-                    cell_base, bx_h, bx_pos, ep_key, scratch, kscratch, cell_pm_base, cell_pm_n, pm_keys, ev_key,
-                    ev_off, ev_n, ev_plus, swaps, 0, False)
 
 
 @njit(**NJIT)
