@@ -2,7 +2,7 @@
 events of cells whose event slice overflowed."""
 import numpy as np
 
-from .._numba import NJIT, njit
+from .._numba import NJIT, NJIT_INLINE, njit
 from .hashing import EVENT_REMOVED
 from .pair_set import pair_set_find
 from .sap_cell import cell_all_pairs
@@ -83,6 +83,10 @@ def frame_room(touched, ent_off, cell_n, cell_cap, cell_pm_n):
         ev_off[t + 1] = ev_off[t] + ev_cap[t]
         work += n + k
     return need, grow, ev_off, ev_cap, max_cap, work
+
+
+#: ``frame_room`` inlined (``kernels.frame._frame_listed``: no call, no reference-count updates of its arrays).
+frame_room_inlined = njit(**NJIT_INLINE)(frame_room.py_func)
 
 
 @njit(**NJIT)

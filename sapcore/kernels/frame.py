@@ -28,8 +28,8 @@ from numba.core import types as nbtypes
 from numba.experimental import structref
 
 from .._numba import NJIT, NJIT_HELD, NJIT_INLINE, NJIT_SERIAL, njit
-from .arena import frame_room
-from .grid import _ranges_listed, grid_rasterize, grid_ranges_serial
+from .arena import frame_room, frame_room_inlined
+from .grid import _ranges_listed, grid_rasterize, grid_ranges_serial, rasterize_inlined
 from .hashing import EVENT_REMOVED, KEY_MASK
 from .merge import (cells_net, cells_net_serial, gather_runs, keys_to_ids, merge_events, pair_set_short, table_short,
                     world_bucket_parts, world_merge, world_merge_small, world_shard)
@@ -512,9 +512,9 @@ def _frame_listed(upd, upd_boxes, live, frame, st):
     else:
         _ranges_listed(3, bmin, inv, C, boxes, crange, flag, list_h, upd_boxes, newr, same, rows, False, True)
     dense = 2 * (nu - unchanged) >= live
-    touched, ent_off, ent_h = grid_rasterize(C, crange, flag, cell_n, noi, list_h, noi, newr, same, dense,
-                                             cell_stamp, cell_tidx, frame)
-    need, grow, ev_off, ev_cap, max_cap, work = frame_room(touched, ent_off, cell_n, cell_cap, cell_pm_n)
+    touched, ent_off, ent_h = rasterize_inlined(C, crange, flag, cell_n, noi, list_h, noi, newr, same, dense,
+                                                cell_stamp, cell_tidx, frame)
+    need, grow, ev_off, ev_cap, max_cap, work = frame_room_inlined(touched, ent_off, cell_n, cell_cap, cell_pm_n)
     nt = touched.shape[0]
     counts = np.empty((4, nt), np.int64)
     if _short_of_room(grow, ev_off, nt, ev_key, scratch, max_cap, work, serial_work):

@@ -465,15 +465,25 @@ def grid_rasterize(C, crange, flag, cell_n, rem_h, upd_h, add_h, newr, same, den
             for a in range(6):
                 crange[h, a] = newr[i - nr, a]
     # counting sort of the entries by touched index (stable: frame order inside a cell)
-    ent_off = np.zeros(nt + 1, np.int64)
+    ent_off = np.empty(nt + 1, np.int64)     # (zeroed by a loop, here and below: see ``rasterize_inlined``)
+    for t in range(nt + 1):
+        ent_off[t] = 0
     for e in range(ne):
         ent_off[cell_tidx[ent_c[e]] + 1] += 1
     for t in range(nt):
         ent_off[t + 1] += ent_off[t]
-    fill = ent_off[:nt].copy()
+    fill = np.empty(nt, np.int64)
+    for t in range(nt):
+        fill[t] = ent_off[t]
     ent_h = np.empty(ne, np.int32)
     for e in range(ne):
         t = cell_tidx[ent_c[e]]
         ent_h[fill[t]] = ent_hh[e]
         fill[t] += 1
     return touched[:nt], ent_off, ent_h
+
+
+#: ``grid_rasterize`` inlined (``kernels.frame._frame_listed``: no call, whose 13 array arguments would each
+#: cost two atomic reference-count updates). Written with loops, no array expression: a kernel of the serial
+#: pipeline (``NJIT_SERIAL``) would turn ``np.zeros`` or ``.copy()`` into a parallel loop.
+rasterize_inlined = njit(**NJIT_INLINE)(grid_rasterize.py_func)
