@@ -121,6 +121,13 @@ njit = numba.njit
 prange = numba.prange
 
 
+def inlined(kernel):
+    """A copy of ``kernel`` (a compiled function) that is inlined into its callers (``NJIT_INLINE``), for a
+    kernel that is also called on its own: one body, two ways to call it. With the kernels run as Python
+    (``NUMBA_DISABLE_JIT``) ``kernel`` is a plain function already and is returned as is."""
+    return njit(**NJIT_INLINE)(getattr(kernel, "py_func", kernel))
+
+
 def entry_point(dispatcher, args):
     """The compiled specialization that ``dispatcher`` (a kernel) ran for ``args``, as a callable that
     takes the same arguments without the dispatcher's resolution of their types; None when there is

@@ -2,7 +2,7 @@
 events of cells whose event slice overflowed."""
 import numpy as np
 
-from .._numba import NJIT, NJIT_INLINE, njit
+from .._numba import NJIT, inlined, njit
 from .hashing import EVENT_REMOVED
 from .pair_set import pair_set_find
 from .sap_cell import cell_all_pairs
@@ -86,7 +86,7 @@ def frame_room(touched, ent_off, cell_n, cell_cap, cell_pm_n):
 
 
 #: ``frame_room`` inlined (``kernels.frame._frame_listed``: no call, no reference-count updates of its arrays).
-frame_room_inlined = njit(**NJIT_INLINE)(frame_room.py_func)
+frame_room_inlined = inlined(frame_room)
 
 
 @njit(**NJIT)

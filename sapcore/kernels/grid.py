@@ -8,7 +8,7 @@ cell its box touches; its handle remembers them).
 """
 import numpy as np
 
-from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, NJIT_SERIAL, njit, prange
+from .._numba import NJIT, NJIT_INLINE, NJIT_PARALLEL, NJIT_SERIAL, inlined, njit, prange
 from .prefetch import prefetch_flat, prefetch_row
 
 #: rows ahead that grid_ranges prefetches (its updates come in the client's order, the object rows they
@@ -486,4 +486,4 @@ def grid_rasterize(C, crange, flag, cell_n, rem_h, upd_h, add_h, newr, same, den
 #: ``grid_rasterize`` inlined (``kernels.frame._frame_listed``: no call, whose 13 array arguments would each
 #: cost two atomic reference-count updates). Written with loops, no array expression: a kernel of the serial
 #: pipeline (``NJIT_SERIAL``) would turn ``np.zeros`` or ``.copy()`` into a parallel loop.
-rasterize_inlined = njit(**NJIT_INLINE)(grid_rasterize.py_func)
+rasterize_inlined = inlined(grid_rasterize)
