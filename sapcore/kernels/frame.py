@@ -471,8 +471,8 @@ def frame_listed(upd, upd_boxes, live, frame, st):
 def _frame_listed(upd, upd_boxes, live, frame, st):
     """``frame_listed``'s work, compiled in the serial pipeline (``NJIT_SERIAL``: ``_cells_serial``,
     ``_net_merge_serial``, ``grid.rasterize_inlined`` and ``arena.frame_room_inlined`` inlined without
-    reference-count updates of their array arguments, see ``_cells_serial``). Its arrays are never None (that pipeline cannot join an array and None): empty
-    views where ``frame_listed`` returns None."""
+    reference-count updates of their array arguments, see ``_cells_serial``). Its arrays are never None
+    (that pipeline cannot join an array and None): empty views where ``frame_listed`` returns None."""
     list_ids, list_h, rows, dims = st.list_ids, st.list_h, st.rows, st.dims
     limit, limit_bits = st.limit, st.limit_bits
     bmin, inv, C, boxes, crange, flag = st.bmin, st.inv, st.C, st.boxes, st.crange, st.flag
