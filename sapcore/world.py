@@ -482,7 +482,7 @@ class World:
                 old_rows = NO_ROWS if f.old_rows is None else f.old_rows
                 kgrid.grid_ranges(self.dims, self._bmin, self._inv, self._C, objects.box, objects.crange,
                                   objects.flag, f.upd_h, f.upd_boxes, f.add_h, f.add_boxes, newr, f.same, f.list_rows,
-                                  f.row_mode, objects.lastpos, mark, old_rows, f.resolved.row_of)
+                                  f.row_mode, objects.lastpos, mark, old_rows, f.resolved.row_of, self._max_threads)
         # when most objects move, every occupied cell is touched: cheaper than touching cell by cell
         dense = 2 * (f.moving + f.nr) >= f.live
         f.touched, f.ent_off, f.ent_h = kgrid.grid_rasterize(

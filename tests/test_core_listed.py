@@ -1,10 +1,13 @@
 """The listed frame's own variants of general kernels against those kernels or a numpy reference: the box
-check against the list's rows from the bits (``kernels.validate._rows_check``), the grid ranges of a listed
-frame (``kernels.grid._ranges_listed``; both also run in parts side by side for a big frame, see
+check against the list's rows from the bits (``kernels.validate._rows_check``; by runs of the last list's
+positions, ``rows_of_check``, against row by row), the grid ranges of a listed frame
+(``kernels.grid._ranges_listed``; both also run in parts side by side for a big frame, see
 test_core_big_frames.py) and the one-call frame's merge into the world's pair table with the delta's
 sorted id pairs (``kernels.frame._merge_ids``)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core_harness import compile_one_call_frames
 from sapcore.kernels import frame as kframe
@@ -57,6 +60,40 @@ def test_rows_check_from_the_bits_equals_the_float_rules(dims):
                 assert unchanged == eq.sum() and ok == valid, (row, col, v)
                 cases += 1
     assert cases == 4 * 2 * dims * (len(specials) + 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(dims=st.sampled_from([2, 3]), parts=st.integers(1, 3), seed=st.integers(0, 2**32 - 1),
+       runs=st.lists(st.tuples(st.integers(-1, 40), st.integers(1, 12)), min_size=1, max_size=12))
+def test_rows_of_check_by_runs_equals_row_by_row(dims, parts, seed, runs):
+    """``rows_of_check`` compares runs of updates at consecutive positions of the last list in one loop: the
+    same ``same`` marks, unchanged count and validity as row by row, for any positions (runs, single rows
+    off the list (-1) read by handle, jumps back and forth, a run cut by the parts' border), boxes equal
+    to their stored rows, moved, or equal but for the sign of a zero."""
+    rng = np.random.default_rng(seed)
+    n_last = 64
+    c = rng.uniform(-50, 50, (n_last, dims)).astype(np.float32)
+    rows = np.concatenate([c - 1, c + 1], 1).astype(np.float32)
+    rows[5, :] = 0.0
+    row_of = np.concatenate([np.full(k, -1) if start < 0 else (start + np.arange(k)) % n_last
+                             for start, k in runs]).astype(np.int64)
+    n = row_of.shape[0]
+    handles = rng.permutation(200)[:n].astype(np.int32)
+    stored = rng.uniform(-50, 50, (200, 2 * dims)).astype(np.float32)
+    stored[:, dims:] = stored[:, :dims] + 1
+    want_rows = np.where((row_of >= 0)[:, None], rows[np.maximum(row_of, 0)], stored[handles])
+    boxes = want_rows.copy()
+    moved = rng.random(n) < 0.4
+    boxes[moved] += np.float32(0.25)
+    zeros = (want_rows == 0).all(1)
+    boxes[zeros & (rng.random(n) < 0.5)] = np.float32(-0.0)
+    lim = _limit32(1000.0)
+    same = np.full(n, 9, np.uint8)
+    unchanged, ok = kval.rows_of_check(boxes, rows, row_of, stored, handles, same, np.uint64(lim.view(np.uint32)),
+                                       dims, parts)
+    eq = (boxes == want_rows).all(1)
+    assert (same == 2 * eq).all()
+    assert unchanged == eq.sum() and ok
 
 
 @pytest.mark.parametrize("big,mark", [(False, True), (True, True), (True, False)])

@@ -138,8 +138,9 @@ def _add_range(k, nu, dims, bmin, inv, C, boxes, crange, flag, add_h, add_boxes,
 
 @njit(**NJIT_PARALLEL)
 def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h, add_boxes, newr, same,
-                rows, row_mode, lastpos, mark, old_rows, row_of):
-    """First rasterize pass, in parallel over the frame's updates, then its adds.
+                rows, row_mode, lastpos, mark, old_rows, row_of, parts):
+    """First rasterize pass, in parallel over the frame's updates (in ``parts`` parts of consecutive
+    updates, one a thread), then its adds.
 
     New cell ranges go to ``newr`` (rows [0, nu) updates, [nu, nu + na) adds). ``same[i]`` is 2 on entry
     when update i keeps its box (set by the box check; it is left alone), else it becomes 1 when the
@@ -160,14 +161,19 @@ def grid_ranges(dims, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, add_h
     by_row = row_mode == 1 and rows.shape[0] == nu
     fill = row_mode == 2 and rows.shape[0] == nu + na
     by_old = row_mode == 2 and old_rows.shape[0] > 0 and row_of.shape[0] == nu
-    if dims == 2:
-        for i in prange(nu):
-            _update_range(i, 2, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, row_mode,
-                          lastpos, by_row, fill, mark, old_rows, row_of, by_old)
-    else:
-        for i in prange(nu):
-            _update_range(i, 3, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows, row_mode,
-                          lastpos, by_row, fill, mark, old_rows, row_of, by_old)
+    # a plain loop over each part's updates: ~0.6 ms less of a churn2d-100k tick (its adds make a new list
+    # every frame) than ``prange`` over the updates (both kernels loaded from the cache, replays in turn)
+    for p in prange(parts):
+        lo = nu * p // parts
+        hi = nu * (p + 1) // parts
+        if dims == 2:
+            for i in range(lo, hi):
+                _update_range(i, 2, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows,
+                              row_mode, lastpos, by_row, fill, mark, old_rows, row_of, by_old)
+        else:
+            for i in range(lo, hi):
+                _update_range(i, 3, bmin, inv, C, boxes, crange, flag, upd_h, upd_boxes, newr, same, rows,
+                              row_mode, lastpos, by_row, fill, mark, old_rows, row_of, by_old)
     if na > 0:
         for k in prange(na):
             _add_range(k, nu, dims, bmin, inv, C, boxes, crange, flag, add_h, add_boxes, newr, rows, row_mode,
