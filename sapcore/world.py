@@ -351,7 +351,9 @@ class World:
         marked (same = 2) and needs no check. The stored boxes are read from the update list's rows where
         it has them (the same list: row by row; else at the positions found along it), else from the
         objects' boxes (every object of the list sent again with its box, ``still``: no box to check, and
-        the marks are read only by the phases after the early return of an unchanged frame)."""
+        the marks are read only by the phases after the early return of an unchanged frame). A big frame
+        compared by rows is compared only when a sample of its rows finds an unchanged box
+        (``kval.SAMPLE_ROWS``): else every update is taken as moved and its box is checked."""
         r, rows = f.resolved, self.update_list.rows
         rows = NO_ROWS if rows is None else rows
         f.moving = 0                  # updates whose box changes

@@ -64,6 +64,17 @@ def _counted(monkeypatch, module, name: str, calls: dict) -> None:
     monkeypatch.setattr(module, name, call)
 
 
+def _all_moved_recorded(monkeypatch, calls: dict) -> None:
+    """Record in ``calls["all_moved"]`` whether each ``pairs_parallel`` call takes every staying box as moved."""
+    real_pairs = kframe.pairs_parallel
+    at = list(inspect.signature(real_pairs.py_func).parameters).index("all_moved")
+
+    def pairs(*args):
+        calls.setdefault("all_moved", []).append(args[at])
+        return real_pairs(*args)
+    monkeypatch.setattr(kframe, "pairs_parallel", pairs)
+
+
 class _Scene:
     """N boxes of side 2 at 20% coverage; each frame moves every box by a random step of about half a side
     (or more), so that thousands of pairs start and end in every frame."""
@@ -85,19 +96,21 @@ class _Scene:
         return self.boxes()
 
 
+
+def _started(scene: _Scene) -> tuple:
+    """A two-thread world of the scene's boxes (one batch insert), and its pairs by the sweep."""
+    world = sapcore.World(WorldConfig(threads=2, **scene.cfg))
+    boxes = scene.boxes()
+    world.step(add_ids=scene.ids, add_boxes=boxes)
+    return world, sweep_pairs(scene.ids, boxes, scene.dims)
+
 @pytest.mark.parametrize("dims", [2, 3])
 def test_big_listed_frames_match_an_exact_sweep(dims, monkeypatch):
     calls: dict = {}
     _counted(monkeypatch, kval, "rows_check", calls)
     _counted(monkeypatch, kgrid, "grid_ranges_listed", calls)
     _counted(monkeypatch, kmerge, "id_pairs_both", calls)
-    real_pairs = kframe.pairs_parallel
-    at = list(inspect.signature(real_pairs.py_func).parameters).index("all_moved")
-
-    def pairs(*args):
-        calls.setdefault("all_moved", []).append(args[at])
-        return real_pairs(*args)
-    monkeypatch.setattr(kframe, "pairs_parallel", pairs)
+    _all_moved_recorded(monkeypatch, calls)
     scene = _Scene(dims, np.arange(N, dtype=np.uint64) * 7 + 3)
     world = sapcore.World(WorldConfig(threads=2, **scene.cfg))
     boxes = scene.boxes()
@@ -125,6 +138,62 @@ def test_big_listed_frames_match_an_exact_sweep(dims, monkeypatch):
     # the cells take every staying box as moved where most moved (their flags not written), else not
     assert calls["all_moved"] == [False, True, True, True, False, True], calls["all_moved"]
     assert len(calls.get("id_pairs_both", [])) >= 3 and all(calls["id_pairs_both"])
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_a_big_frame_compares_its_rows_only_when_a_sample_finds_an_unchanged_box(dims, monkeypatch):
+    """Half the boxes of a big frame unchanged, but none of the rows ``rows_check`` samples: the rows are not
+    compared (no row counted unchanged, ``same`` 0) and every update is taken as moved (the cells take every
+    staying box as moved); with one sampled row unchanged too, every unchanged row is counted and the cells
+    move only the moved boxes. Both the same list (``rows_check``) and a list that removed and added
+    objects (``rows_of_check``); every delta against the sweep, the world's invariants after."""
+    calls: dict = {}
+    _counted(monkeypatch, kval, "rows_check", calls)
+    _counted(monkeypatch, kval, "rows_of_check", calls)
+    _all_moved_recorded(monkeypatch, calls)
+    scene = _Scene(dims, np.arange(N, dtype=np.uint64) + 1, seed=11)
+    world, before = _started(scene)
+    next_id = N + 1
+    expect = []             # the unchanged rows each compared frame counts
+    for k in range(6):
+        churn = k >= 3                  # remove and add objects: the updates at other positions of the list
+        n = len(scene.ids) - (100 if churn else 0)
+        sampled = np.arange(kval.SAMPLE_ROWS) * n // kval.SAMPLE_ROWS
+        keep_box = np.zeros(n, bool)
+        if k % 3 != 0:              # (k 0 and 3: every box moves; they make the list the next frames repeat)
+            keep_box[1::2] = True
+            keep_box[sampled] = k % 3 == 2      # k 2 and 5: the sampled rows unchanged too
+        gone = np.arange(len(scene.ids) - 100, len(scene.ids)) if churn else np.zeros(0, np.int64)
+        keep = np.arange(n)
+        boxes = scene.move()[keep]
+        boxes[keep_box] = world.boxes(scene.ids[keep][keep_box])
+        if k > 0:
+            expect.append(int(keep_box.sum()) if keep_box[sampled].any() else 0)
+        kw = dict(update_ids=scene.ids[keep], update_boxes=boxes)
+        new_ids = np.zeros(0, np.uint64)
+        new_boxes = np.zeros((0, 2 * dims), np.float32)
+        if churn:
+            new_ids = np.arange(next_id, next_id + 100, dtype=np.uint64)
+            next_id += 100
+            new_centre = scene.rng.uniform(0, scene.side, (100, dims))
+            new_boxes = np.concatenate([new_centre - 1.0, new_centre + 1.0], 1).astype(np.float32)
+            kw.update(remove_ids=scene.ids[gone], add_ids=new_ids, add_boxes=new_boxes)
+            scene.centre = np.concatenate([scene.centre[keep], new_centre])
+        d = world.step(**kw)
+        scene.ids = np.concatenate([scene.ids[keep], new_ids])
+        boxes = np.concatenate([boxes, new_boxes])
+        after = sweep_pairs(scene.ids, boxes, dims)
+        assert _delta(d) == (after - before, before - after), k
+        assert world.pair_count == len(after)
+        before = after
+    check_world(world)
+    unchanged = [int(u) for u, ok in calls["rows_check"] + calls["rows_of_check"]]
+    assert all(ok for _, ok in calls["rows_check"] + calls["rows_of_check"])
+    # the first update frame makes the list (no rows kept to compare yet); half the rows unchanged in frames 1,
+    # 2, 4 and 5, counted in 2 and 5 only
+    assert unchanged == expect and expect[1] > N // 2 and expect[4] > (N - 100) // 2, (unchanged, expect)
+    assert expect[0] == expect[2] == expect[3] == 0
+    assert calls["all_moved"] == [False, True, True, False, True, True, False], calls["all_moved"]
 
 
 def test_a_big_listed_frame_names_a_bad_box_and_changes_nothing(monkeypatch):
@@ -197,10 +266,7 @@ def test_big_frames_with_removes_and_adds_match_an_exact_sweep(monkeypatch):
     _counted(monkeypatch, kframe, "net_merge", calls)
     dims = 2
     scene = _Scene(dims, np.arange(N, dtype=np.uint64) + 1, seed=8)
-    world = sapcore.World(WorldConfig(threads=2, **scene.cfg))
-    boxes = scene.boxes()
-    world.step(add_ids=scene.ids, add_boxes=boxes)
-    before = sweep_pairs(scene.ids, boxes, dims)
+    world, before = _started(scene)
     next_id = N + 1
     left_out = np.zeros(0, np.int64)
     expect_unchanged = []

@@ -62,14 +62,17 @@ def test_rows_check_from_the_bits_equals_the_float_rules(dims):
     assert cases == 4 * 2 * dims * (len(specials) + 1)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(dims=st.sampled_from([2, 3]), parts=st.integers(1, 3), seed=st.integers(0, 2**32 - 1),
-       runs=st.lists(st.tuples(st.integers(-1, 40), st.integers(1, 12)), min_size=1, max_size=12))
-def test_rows_of_check_by_runs_equals_row_by_row(dims, parts, seed, runs):
+       runs=st.lists(st.tuples(st.integers(-1, 40), st.integers(1, 12)), min_size=1, max_size=12),
+       moved=st.sampled_from([0.0, 0.4, 1.0]), sample_moved=st.booleans())
+def test_rows_of_check_by_runs_equals_row_by_row(dims, parts, seed, runs, moved, sample_moved):
     """``rows_of_check`` compares runs of updates at consecutive positions of the last list in one loop: the
     same ``same`` marks, unchanged count and validity as row by row, for any positions (runs, single rows
     off the list (-1) read by handle, jumps back and forth, a run cut by the parts' border), boxes equal
-    to their stored rows, moved, or equal but for the sign of a zero."""
+    to their stored rows, moved, or equal but for the sign of a zero. Rows are compared only when one of
+    the sampled rows (``SAMPLE_ROWS``, spread evenly) is unchanged; else no row is marked or counted
+    unchanged. ``rows_check`` (the rows in order) likewise."""
     rng = np.random.default_rng(seed)
     n_last = 64
     c = rng.uniform(-50, 50, (n_last, dims)).astype(np.float32)
@@ -81,19 +84,31 @@ def test_rows_of_check_by_runs_equals_row_by_row(dims, parts, seed, runs):
     handles = rng.permutation(200)[:n].astype(np.int32)
     stored = rng.uniform(-50, 50, (200, 2 * dims)).astype(np.float32)
     stored[:, dims:] = stored[:, :dims] + 1
-    want_rows = np.where((row_of >= 0)[:, None], rows[np.maximum(row_of, 0)], stored[handles])
-    boxes = want_rows.copy()
-    moved = rng.random(n) < 0.4
-    boxes[moved] += np.float32(0.25)
-    zeros = (want_rows == 0).all(1)
-    boxes[zeros & (rng.random(n) < 0.5)] = np.float32(-0.0)
     lim = _limit32(1000.0)
-    same = np.full(n, 9, np.uint8)
-    unchanged, ok = kval.rows_of_check(boxes, rows, row_of, stored, handles, same, np.uint64(lim.view(np.uint32)),
-                                       dims, parts)
-    eq = (boxes == want_rows).all(1)
-    assert (same == 2 * eq).all()
-    assert unchanged == eq.sum() and ok
+    sampled = np.arange(min(kval.SAMPLE_ROWS, n)) * n // min(kval.SAMPLE_ROWS, n)
+    for by_row in (False, True):
+        want_rows = (rows[np.arange(n) % n_last] if by_row else
+                     np.where((row_of >= 0)[:, None], rows[np.maximum(row_of, 0)], stored[handles]))
+        boxes = want_rows.copy()
+        move = rng.random(n) < moved
+        if sample_moved:
+            move[sampled] = True
+        boxes[move] += np.float32(0.25)
+        zeros = (want_rows == 0).all(1)
+        boxes[zeros & (rng.random(n) < 0.5)] = np.float32(-0.0)
+        same = np.full(n, 9, np.uint8)
+        if by_row:
+            unchanged, ok = kval.rows_check(boxes, np.ascontiguousarray(want_rows), same,
+                                            np.uint64(lim.view(np.uint32)), dims, parts)
+        else:
+            unchanged, ok = kval.rows_of_check(boxes, rows, row_of, stored, handles, same,
+                                               np.uint64(lim.view(np.uint32)), dims, parts)
+        eq = (boxes == want_rows).all(1)
+        assert ok
+        if eq[sampled].any():
+            assert (same == 2 * eq).all() and unchanged == eq.sum()
+        else:
+            assert (same == 0).all() and unchanged == 0
 
 
 @pytest.mark.parametrize("big,mark", [(False, True), (True, True), (True, False)])

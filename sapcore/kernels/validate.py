@@ -20,6 +20,12 @@ _ABS2 = np.uint64(0x7FFFFFFF7FFFFFFF)    # two float32s' bits without their sign
 _LO31 = np.uint64(0x7FFFFFFF)               # the low float32's, the high one's
 _HI31 = np.uint64(0x7FFFFFFF00000000)
 
+#: Rows of a big frame compared with their stored boxes before the rest (``_some_unchanged``): when none of
+#: them kept its box, the frame's boxes are only checked, not compared (every update taken as moved).
+SAMPLE_ROWS = 32
+_NO_ROW_OF = np.zeros(0, np.int64)
+_NO_HANDLES = np.zeros(0, np.int32)
+
 
 @njit(**NJIT_INLINE)
 def _box_code(boxes, i, dims, limit):
@@ -207,23 +213,68 @@ def _rows_part(boxes, rows, same, limit_bits, dims, p, parts):
     return _rows_check(bu[3 * lo:3 * hi], ru[3 * lo:3 * hi], boxes[lo:hi], same[lo:hi], hi - lo, limit_bits, 3)
 
 
+@njit(**NJIT_INLINE)
+def _some_unchanged(boxes, rows, row_of, stored, handles, dims):
+    """Does one of ``SAMPLE_ROWS`` rows spread evenly over a big frame (its first among them) keep its stored
+    box: ``rows[i]`` (no ``row_of``: the same list), ``rows[row_of[i]]``, or ``stored[handles[i]]`` off the
+    last list? When none does, the frame's boxes are checked but not compared (``_valid_part``): a frame
+    whose objects all move (the common big frame) reads its stored boxes once, in the grid ranges, and
+    an unchanged box the sample missed is taken as moved, its values written again (no pair changes)."""
+    n = boxes.shape[0]
+    bu = boxes.reshape(-1).view(np.uint64)
+    ru = rows.reshape(-1).view(np.uint64)
+    su = stored.reshape(-1).view(np.uint64)
+    k = min(SAMPLE_ROWS, n)
+    e = 0
+    for q in range(k):
+        i = q * n // k
+        if row_of.shape[0] == 0:
+            e += _same_words(bu, i, ru, i, dims)
+        elif row_of[i] >= 0:
+            e += _same_words(bu, i, ru, row_of[i], dims)
+        else:
+            e += _same_words(bu, i, su, np.int64(handles[i]), dims)
+    return e > 0
+
+
+@njit(**NJIT_INLINE)
+def _valid_part(boxes, same, limit_bits, dims, p, parts):
+    """Part p of a big frame's boxes checked, not compared: ``same`` 0 (every update taken as moved); returns
+    (0 unchanged rows, every box valid) as ``_rows_part``."""
+    n = boxes.shape[0]
+    lo = n * p // parts
+    hi = n * (p + 1) // parts
+    for i in range(lo, hi):
+        same[i] = 0
+    bu = boxes.reshape(-1).view(np.uint64)
+    return 0, _words_valid(bu[dims * lo:dims * hi], boxes[lo:hi], hi - lo, limit_bits, dims)
+
+
 @njit(**NJIT_PARALLEL)
 def rows_check(boxes, rows, same, limit_bits, dims, parts):
     """``boxes_check`` of a frame that lists the same objects as the last one in the same order, ``rows``
     their stored boxes row by row (float32 [K, 2*dims], C order, as ``boxes``): ``same[i] = 2`` for an
     unchanged row, else 0; returns (unchanged rows, every box valid), by ``_rows_check`` (integer passes
     over whole words; ``limit_bits``: the float32 coordinate limit's bits), in ``parts`` parts of
-    consecutive rows (one a thread). When some box is bad, ``boxes_check`` names the first one."""
+    consecutive rows (one a thread). When some box is bad, ``boxes_check`` names the first one. Rows are
+    compared only when a sample of them finds an unchanged one (``_some_unchanged``); else ``same`` is 0
+    and no row is counted unchanged."""
     unchanged = np.zeros(parts, np.int64)
     ok = np.ones(parts, np.bool_)
+    compare = _some_unchanged(boxes, rows, _NO_ROW_OF, rows, _NO_HANDLES, dims)
     for p in prange(parts):
-        unchanged[p], ok[p] = _rows_part(boxes, rows, same, limit_bits, dims, p, parts)
+        if compare:
+            unchanged[p], ok[p] = _rows_part(boxes, rows, same, limit_bits, dims, p, parts)
+        elif dims == 2:
+            unchanged[p], ok[p] = _valid_part(boxes, same, limit_bits, 2, p, parts)
+        else:
+            unchanged[p], ok[p] = _valid_part(boxes, same, limit_bits, 3, p, parts)
     return unchanged.sum(), ok.all()
 
 
 @njit(**NJIT_SERIAL)
 def rows_check_serial(boxes, rows, same, limit_bits, dims):
-    """``rows_check`` on the calling thread alone (no parallel launch); the same results."""
+    """``rows_check`` on the calling thread alone (no parallel launch), every row compared (no sample)."""
     return _rows_part(boxes, rows, same, limit_bits, dims, 0, 1)
 
 
@@ -270,11 +321,18 @@ def rows_of_check(boxes, rows, row_of, stored, handles, same, limit_bits, dims, 
     box is ``rows[row_of[i]]`` where ``row_of[i] >= 0``, else ``stored[handles[i]]`` (the objects' boxes,
     C order like ``rows``): ``same[i] = 2`` for an unchanged row, else 0; returns (unchanged rows, every
     box valid), in ``parts`` parts of consecutive rows (one a thread). When some box is bad,
-    ``boxes_check`` names the first one."""
+    ``boxes_check`` names the first one. Rows are compared only when a sample of them finds an unchanged one,
+    as in ``rows_check``."""
     unchanged = np.zeros(parts, np.int64)
     ok = np.ones(parts, np.bool_)
+    compare = _some_unchanged(boxes, rows, row_of, stored, handles, dims)
     for p in prange(parts):
-        if dims == 2:
+        if not compare:
+            if dims == 2:
+                unchanged[p], ok[p] = _valid_part(boxes, same, limit_bits, 2, p, parts)
+            else:
+                unchanged[p], ok[p] = _valid_part(boxes, same, limit_bits, 3, p, parts)
+        elif dims == 2:
             unchanged[p], ok[p] = _rows_of_part(boxes, rows, row_of, stored, handles, same, limit_bits, 2, p, parts)
         else:
             unchanged[p], ok[p] = _rows_of_part(boxes, rows, row_of, stored, handles, same, limit_bits, 3, p, parts)
