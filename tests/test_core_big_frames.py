@@ -96,13 +96,13 @@ class _Scene:
         return self.boxes()
 
 
-
 def _started(scene: _Scene) -> tuple:
     """A two-thread world of the scene's boxes (one batch insert), and its pairs by the sweep."""
     world = sapcore.World(WorldConfig(threads=2, **scene.cfg))
     boxes = scene.boxes()
     world.step(add_ids=scene.ids, add_boxes=boxes)
     return world, sweep_pairs(scene.ids, boxes, scene.dims)
+
 
 @pytest.mark.parametrize("dims", [2, 3])
 def test_big_listed_frames_match_an_exact_sweep(dims, monkeypatch):
@@ -112,10 +112,7 @@ def test_big_listed_frames_match_an_exact_sweep(dims, monkeypatch):
     _counted(monkeypatch, kmerge, "id_pairs_both", calls)
     _all_moved_recorded(monkeypatch, calls)
     scene = _Scene(dims, np.arange(N, dtype=np.uint64) * 7 + 3)
-    world = sapcore.World(WorldConfig(threads=2, **scene.cfg))
-    boxes = scene.boxes()
-    world.step(add_ids=scene.ids, add_boxes=boxes)
-    before = sweep_pairs(scene.ids, boxes, dims)
+    world, before = _started(scene)
     assert check_pair_array(world.pairs(), "world.pairs()") == before
     still = np.union1d(np.arange(0, N, 50), [N // 2 - 1, N // 2, N - 1])
     for k in range(5):
@@ -242,10 +239,7 @@ def test_big_deltas_of_ids_beyond_32_bits(monkeypatch):
     _counted(monkeypatch, kmerge, "id_pairs_both", calls)
     dims = 2
     scene = _Scene(dims, (np.uint64(1) << np.uint64(40)) + np.arange(N, dtype=np.uint64) * 3, seed=7)
-    world = sapcore.World(WorldConfig(threads=2, **scene.cfg))
-    boxes = scene.boxes()
-    world.step(add_ids=scene.ids, add_boxes=boxes)
-    before = sweep_pairs(scene.ids, boxes, dims)
+    world, before = _started(scene)
     for _ in range(3):
         boxes = scene.move()
         d = world.step(update_ids=scene.ids, update_boxes=boxes)
@@ -343,10 +337,7 @@ def test_big_frames_with_a_pile_that_overflows_its_cells_match_an_exact_sweep(mo
     _counted(monkeypatch, kframe, "pairs_parallel", calls)
     dims = 2
     scene = _Scene(dims, np.arange(N, dtype=np.uint64) * 3 + 1, seed=12)
-    world = sapcore.World(WorldConfig(threads=2, **scene.cfg))
-    boxes = scene.boxes()
-    world.step(add_ids=scene.ids, add_boxes=boxes)
-    before = sweep_pairs(scene.ids, boxes, dims)
+    world, before = _started(scene)
     spot = np.float32(scene.side / 2) + scene.rng.uniform(-0.9, 0.9, (400, dims)).astype(np.float32)
     pile = np.concatenate([spot - 1, spot + 1], 1)        # every box covers the spot's centre
     overflows = []
