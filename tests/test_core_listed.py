@@ -311,7 +311,8 @@ def test_the_one_call_frame_runs_its_compiled_specialization_by_the_arguments_ty
             ids, u, b, c = ids[1:], u[1:], b[1:], c[1:]
             for w in (world, twin):
                 w.step(remove_ids=ids[:0] + 3)
-        twin._listed_calls.clear()
+        twin._listed_calls.clear()                   # (and the last one kept beside them)
+        twin._listed_last = (None, 0, 0)
         got, want = world.step(update_ids=u, update_boxes=b), twin.step(update_ids=u, update_boxes=b)
         assert np.array_equal(got.created, want.created) and np.array_equal(got.deleted, want.deleted), f
         assert got.stats.pairs == want.stats.pairs
@@ -324,6 +325,9 @@ def test_the_one_call_frame_runs_its_compiled_specialization_by_the_arguments_ty
         if f > 20:
             seen.add((u.flags.writeable, u.flags.aligned, b.flags.writeable, b.flags.aligned))
             flags.add((u.flags.num, b.flags.num))
+            # the frame's callable is kept as the last one, with its arrays' flags
+            assert world._listed_last == (world._listed_calls[True, u.flags.num, b.flags.num], u.flags.num,
+                                          b.flags.num)
     assert np.array_equal(world.pairs(), twin.pairs())
     assert 0 < empty < 80, empty
     assert len(seen) == 9
@@ -337,3 +341,44 @@ def test_the_one_call_frame_runs_its_compiled_specialization_by_the_arguments_ty
             assert call is kframe.frame_listed_held
         else:       # a compiled entry, not the dispatcher
             assert call is not kframe.frame_listed_held and call is not kframe.frame_listed, call
+
+
+def test_a_small_world_calls_its_last_callable_until_a_new_state_forgets_it():
+    """A small world's listed frames (fewer than ``parallel.HOLD_GIL_BELOW`` updates) call the callable of
+    the last one (``World._listed_last``) while their arrays' flags are the same; a new list of ids of 2**32
+    and more (kept as uint64: a state of another type) forgets it, and every frame stays exact against the
+    oracle, before and after, with read-only arrays between writable ones."""
+    import numba
+
+    from core_harness import Twin
+    from sapcore import WorldConfig
+
+    compile_one_call_frames()
+    rng = np.random.default_rng(5)
+    n = 150
+    t = Twin(WorldConfig(dims=2, bounds=(0.0, 0.0, 40.0, 40.0), cells=(4, 4), threads=1), queries_per_frame=1)
+    ids = np.arange(n, dtype=np.uint64) * 3 + 1
+    c = rng.uniform(0, 40, (n, 2)).astype(np.float32)
+    t.step(add_ids=ids, add_boxes=np.concatenate([c - 1, c + 1], 1))
+    types, before = set(), None
+    for f in range(24):
+        if f == 12:     # a new list: ids of 2**32 and more appended, the list's ids uint64 from here on
+            big = np.array([2**33 + 5, 2**40], np.uint64)
+            t.step(add_ids=big, add_boxes=np.array([[1, 1, 3, 3], [2, 2, 4, 4]], np.float32))
+            ids, c = np.concatenate([ids, big]), np.concatenate([c, [[2, 2], [3, 3]]]).astype(np.float32)
+        c = np.clip(c + rng.normal(0, 0.6, c.shape).astype(np.float32), 0, 40)
+        u, b = ids.copy(), np.concatenate([c - 1, c + 1], 1)
+        if f in (3, 4, 8, 15, 16, 20):     # (the frames around the new list's: writable arrays, as frame 11's)
+            u.flags.writeable = b.flags.writeable = False
+        t.step(update_ids=u, update_boxes=b)
+        call, uflags, bflags = t.world._listed_last
+        if f not in (0, 12):      # (the first frame of a list makes it: the general phases)
+            assert (uflags, bflags) == (u.flags.num, b.flags.num) and call is not None
+            types.add(t.world.update_list.ids.dtype)
+            if not numba.config.DISABLE_JIT:
+                assert call is not kframe.frame_listed_held, "a compiled entry, not the dispatcher"
+                if f == 11:
+                    before = call
+                elif f > 12:       # the new state's own specialization, not the one kept for the old state
+                    assert call is not before
+    assert types == {np.dtype(np.uint32), np.dtype(np.uint64)}
