@@ -209,15 +209,16 @@ _U8 = np.dtype(np.uint8)
 
 
 def frame_arrays(frame, dims: int) -> dict:
-    """Keyword arguments of ``sapcore.World.step`` for a frame of a ``dims``-D world (zero-copy, read-only)."""
+    """Keyword arguments of ``sapcore.World.step`` for a frame of a ``dims``-D world (zero-copy, read-only):
+    every field's array or None; a frame of updates only gives just its two arrays (none when empty)."""
     if not (frame.remove_ids or frame.add_ids or frame.add_boxes or frame.add_category or frame.add_mask
             or frame.add_static):
         # updates only (a moving world's every frame): two arrays, the others None
         update_ids = _ids(frame, "update_ids")
         n = len(update_ids)
         update_boxes = _boxes(frame, "update_boxes", n, dims, "update_ids")
-        return dict(remove_ids=None, add_ids=None, add_boxes=None, add_category=None, add_mask=None,
-                    add_static=None, update_ids=update_ids if n else None, update_boxes=update_boxes if n else None)
+        # (only the two arrays: ``World.step(**arrays)`` binds two keywords, not eight)
+        return dict(update_ids=update_ids, update_boxes=update_boxes) if n else {}
     remove_ids = _ids(frame, "remove_ids")
     add_ids = _ids(frame, "add_ids")
     update_ids = _ids(frame, "update_ids")
@@ -296,9 +297,9 @@ def pairs_after(pairs: np.ndarray, token: str) -> int:
 
 def stats_message(s, queue_s: float = 0.0, server_s: float = 0.0) -> world_pb2.FrameStats:
     """sapcore.FrameStats (+ the service's seconds) -> FrameStats message."""
-    return world_pb2.FrameStats(
-        objects=int(s.objects), pairs=int(s.pairs), created=int(s.created), deleted=int(s.deleted),
-        swaps=int(s.swaps), cells_touched=int(s.cells_touched), cell_overflows=int(s.cell_overflows),
+    return world_pb2.FrameStats(       # (protobuf takes Python's and numpy's integers alike)
+        objects=s.objects, pairs=s.pairs, created=s.created, deleted=s.deleted, swaps=s.swaps,
+        cells_touched=s.cells_touched, cell_overflows=s.cell_overflows,
         validate_seconds=s.validate_s, rasterize_seconds=s.rasterize_s, apply_seconds=s.apply_s,
         merge_seconds=s.merge_s, engine_seconds=s.total_s, queue_seconds=queue_s, server_seconds=server_s)
 
@@ -328,7 +329,8 @@ def delta_bytes(applied) -> bytes:
         stats = stats_message(d.stats, applied.queue_s, applied.server_s)
         if len(d.created) + len(d.deleted) < FRAMED_PAIRS:
             raw = frame_pb2.Delta(seq=applied.seq, world=applied.world, frame=applied.frame,
-                                  created=to_bytes(d.created, U64), deleted=to_bytes(d.deleted, U64),
+                                  created=to_bytes(d.created, U64) if len(d.created) else b"",
+                                  deleted=to_bytes(d.deleted, U64) if len(d.deleted) else b"",
                                   stats=stats, pairs_digest=applied.digest).SerializeToString()
         else:
             head = frame_pb2.Delta(seq=applied.seq, world=applied.world, frame=applied.frame).SerializeToString()

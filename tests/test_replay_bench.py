@@ -240,6 +240,9 @@ def test_bench_tiny(capsys):
     paced = res["extras"]["paced"]
     assert paced["objects"] == 300 and paced["hz"] == 30 and paced["paced_ms"] > 0 and paced["back_to_back_ms"] > 0
     assert "a 300-object world on every core(s), paced at 30 Hz" in out
+    sf = res["extras"]["service_frame"]
+    assert (sf["objects"], sf["worlds"]) == (100, 64) and sf["frame_us"] > sf["engine_us"] > 0
+    assert "- a 100-object frame through the service in process (64 worlds in turn, no gRPC):" in out
     assert all(r["check"] == "ok" for r in res["rows"])
     x = res["extras"]
     for k in ("insert_ms", "still_empty_ms", "still_same_boxes_ms", "remove10_ms", "bytes_per_object",

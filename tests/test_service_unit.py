@@ -50,6 +50,34 @@ def test_decode_frame_is_zero_copy_and_checks_lengths():
     assert ei.value.field == "update_boxes"
 
 
+
+def test_a_frame_of_updates_only_gives_just_its_two_arrays_and_the_same_delta():
+    """Updates only: ``frame_arrays`` gives the two arrays (an empty frame none), and a world stepped with
+    them gives the delta and stats of one stepped with every keyword (the others None)."""
+    ids = np.arange(4, dtype="<u8")
+    boxes = np.array([[0, 0, 2, 2], [1, 1, 3, 3], [5, 5, 6, 6], [9, 9, 9.5, 9.5]], "<f4")
+    f = frame_pb2.Frame(update_ids=ids.tobytes(), update_boxes=(boxes + 1).tobytes())
+    out = protocol.frame_arrays(f, 2)
+    assert sorted(out) == ["update_boxes", "update_ids"]
+    assert protocol.frame_arrays(frame_pb2.Frame(), 2) == {}
+    from sapcore import World
+    cfg = WorldConfig(dims=2, bounds=(0.0, 0.0, 16.0, 16.0), cells=(2, 2))
+    worlds = [World(cfg), World(cfg)]
+    for w in worlds:
+        w.step(add_ids=ids, add_boxes=boxes)
+    full = dict.fromkeys(("remove_ids", "add_ids", "add_boxes", "add_category", "add_mask", "add_static"))
+    got, want = worlds[0].step(**out), worlds[1].step(**full, **out)
+    assert np.array_equal(got.created, want.created) and np.array_equal(got.deleted, want.deleted)
+    assert (got.stats.objects, got.stats.pairs) == (want.stats.objects, want.stats.pairs) == (4, 1)
+    got_stats = protocol.stats_message(got.stats, 0.5, 0.25)
+    assert (got_stats.objects, got_stats.pairs, got_stats.queue_seconds) == (4, 1, 0.5)
+    from sapcore.types import FrameStats
+    counts = dict(objects=4, pairs=1, created=2, deleted=1, swaps=7, cells_touched=3, cell_overflows=0)
+    as_numpy = FrameStats(**{k: np.int64(v) if k != "swaps" else np.uint64(v) for k, v in counts.items()})
+    assert (protocol.stats_message(as_numpy).SerializeToString()
+            == protocol.stats_message(FrameStats(**counts)).SerializeToString())
+
+
 class FakeContext:
     """Just enough of grpc.ServicerContext for unary handlers."""
 

@@ -334,7 +334,9 @@ def run(args: argparse.Namespace) -> int:
         extras["fixed_cost"] = bench_frames.fixed_cost(args.seed)
         extras["two_worlds"] = bench_frames.two_worlds(n, seed=args.seed)
         extras["paced"] = bench_frames.paced(n, threads=args.threads, seed=args.seed)
-        print(bench_frames.text(extras["fixed_cost"], extras["two_worlds"], extras["paced"]))
+        extras["service_frame"] = bench_frames.service_frame(seed=args.seed)
+        print(bench_frames.text(extras["fixed_cost"], extras["two_worlds"], extras["paced"],
+                                extras["service_frame"]))
     total_s = time.perf_counter() - t_start
     env = dict(environment(), load_avg_start=load_start)
     print(f"\n_{len(rows)} traces, {args.ticks} ticks each, threads {args.threads or 'auto'}; total {total_s:.0f} s; "

@@ -8,7 +8,12 @@
   once from two threads against one alone, in frames per second (target >= 1.7x on 2 cores);
 - paced frames: a world of the bench's largest size on every core, its frames back to back and paced at
   30 Hz (the process idle between frames, as next to a game's tick), per-step medians: a frame after an
-  idle gap should cost what one back to back does (``sapcore.parallel``'s pinning; 1.7x without it).
+  idle gap should cost what one back to back does (``sapcore.parallel``'s pinning; 1.7x without it);
+- the service's own cost of a frame: ``StreamFrames`` of a server built in process (not started), driven
+  with each frame's request bytes for 64 100-object worlds in turn (no gRPC, no threads): what a frame
+  costs the server in Python and the engine beyond what the transport costs (the many-worlds measure of
+  ``sapgrid bench --server`` compares the server's CPU with an echo's over gRPC, where the cores' other
+  threads and the GIL's hand-overs weigh on both).
 """
 from __future__ import annotations
 
@@ -143,7 +148,84 @@ def paced(n: int = 100_000, hz: float = 30.0, frames: int = 40, rounds: int = 3,
                 ratio=out["paced"] / out["back_to_back"])
 
 
-def text(fc: dict, tw: dict, pc: dict | None = None) -> str:
+
+class _StreamCall:
+    """The little of a gRPC call's context that ``StreamFrames`` reads (a stream bound to its world)."""
+
+    def __init__(self, world: str):
+        self._metadata = (("x-sapgrid-world", world),)
+
+    def add_callback(self, callback) -> bool:
+        return True
+
+    def is_active(self) -> bool:
+        return True
+
+    def invocation_metadata(self):
+        return self._metadata
+
+
+class _Next:
+    """A stream's requests, one at a time: the request set last, then the end of the stream."""
+
+    def __init__(self):
+        self.request = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> bytes:
+        request, self.request = self.request, None
+        if request is None:
+            raise StopIteration
+        return request
+
+
+def service_frame(n: int = 100, worlds: int = 64, rounds: int = 200, seed: int = 1) -> dict:
+    """Median and mean time (us) of one frame through ``StreamFrames`` of an in-process server: ``worlds``
+    worlds of ``n`` moving objects, one stream each, a frame of each in turn for ``rounds`` rounds (after
+    10 untimed); ``engine_us``: the median ``World.step`` of those frames (its share)."""
+    from sapgrid.server import app, config
+    from sapgrid.server.servicer import SapgridServicer
+    from sapgrid.tools.bench_worlds import _moving_frames
+
+    server = app.build_server(config.from_args(None, env={}, listen="127.0.0.1:0", default_world="",
+                                               metrics_port=-1))
+    try:
+        registry = server.registry
+        servicer = SapgridServicer(registry, server.metrics)
+        rng = np.random.default_rng(seed)
+        streams = []
+        for k in range(worlds):
+            name = f"bench-frame-{k}"
+            registry.create(name, sapcore.WorldConfig(dims=2, bounds=(0, 0, 1000, 1000),
+                                                      cells=sapcore.auto_cells(2, (0, 0, 1000, 1000), n)))
+            add, updates = _moving_frames(name, n, rng)
+            feed = _Next()
+            call = servicer.StreamFrames(feed, _StreamCall(name))
+            feed.request = add.SerializeToString()
+            next(call)
+            streams.append((feed, call, [u.SerializeToString() for u in updates], registry.get(name)))
+        times: list[float] = []
+        steps: list[float] = []
+        for r in range(10 + rounds):
+            for feed, call, updates, runner in streams:
+                feed.request = updates[r % len(updates)]
+                t0 = time.perf_counter()
+                next(call)
+                if r >= 10:
+                    times.append(time.perf_counter() - t0)
+                    steps.append(runner.last.delta.stats.total_s)
+        for feed, call, _, _ in streams:
+            call.close()
+    finally:
+        server.server.stop(0)
+        server.pool.shutdown(wait=False)
+        server.health_pool.shutdown()
+    return dict(objects=n, worlds=worlds, frame_us=float(np.median(times)) * 1e6,
+                mean_us=float(np.mean(times)) * 1e6, engine_us=float(np.median(steps)) * 1e6)
+
+def text(fc: dict, tw: dict, pc: dict | None = None, sf: dict | None = None) -> str:
     lines = ["frames in process, threads=1 (every object moving):"]
     for n in SMALL_SIZES:
         us = fc["step_us"][str(n)]
@@ -165,4 +247,7 @@ def text(fc: dict, tw: dict, pc: dict | None = None) -> str:
         lines.append(f"- a {pc['objects']}-object world on {pc['threads'] or 'every'} core(s), paced at "
                      f"{pc['hz']:g} Hz: {pc['paced_ms']:.2f} ms a step against {pc['back_to_back_ms']:.2f} ms back "
                      f"to back = {pc['ratio']:.2f}x")
+    if sf is not None:
+        lines.append(f"- a {sf['objects']}-object frame through the service in process ({sf['worlds']} worlds in "
+                     f"turn, no gRPC): {sf['frame_us']:.1f} us, of which the engine's step {sf['engine_us']:.1f} us")
     return "\n".join(lines)
