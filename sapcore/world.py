@@ -49,7 +49,7 @@ from . import parallel
 from ._numba import entry_point
 from .arena import Arena, Field
 from .errors import CapacityError, FrameError
-from .frame_input import as_boxes, as_ids, check_column, raise_bad_box, raise_bad_id
+from .frame_input import _F32, _U64, as_boxes, as_ids, check_column, raise_bad_box, raise_bad_id
 from .invariants import check_world
 from .kernels import arena as karena
 from .kernels import frame as kframe
@@ -73,7 +73,6 @@ _STATS_ORDER = ("objects", "pairs", "created", "deleted", "swaps", "cells_touche
 assert tuple(f.name for f in dataclasses.fields(FrameStats)) == _STATS_ORDER, "FrameStats fields"
 _NO_HANDLES = np.zeros(0, np.int32)
 _NO_SAME = np.zeros(0, np.uint8)
-_U64, _F32 = np.dtype(np.uint64), np.dtype(np.float32)
 _PAIRS_DONE = kframe.PAIRS_DONE
 _NO_LISTED_CALL = (None, 0, 0)
 _LO32 = np.uint64(0xFFFFFFFF)
@@ -270,7 +269,7 @@ class World:
                 and k[4] is self.pair_sets.arrays and k[5] is wp.slots and k[6] is self._scratch
                 and k[7] is self._scratch_ev and k[8] is objects.filtered):
             self._listed_state()
-        live = objects.next_handle - objects.free.shape[0]      # (objects.count)
+        live = objects.count
         held = nu < parallel.HOLD_GIL_BELOW
         call, uflags, bflags = self._listed_last
         if call is not None and held and upd.flags.num == uflags and boxes.flags.num == bflags:

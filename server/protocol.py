@@ -213,11 +213,11 @@ def frame_arrays(frame, dims: int) -> dict:
     every field's array or None; a frame of updates only gives just its two arrays (none when empty)."""
     if not (frame.remove_ids or frame.add_ids or frame.add_boxes or frame.add_category or frame.add_mask
             or frame.add_static):
-        # updates only (a moving world's every frame): two arrays, the others None
+        # updates only (a moving world's every frame): its two arrays alone, so that ``World.step(**arrays)``
+        # binds two keywords, not eight
         update_ids = _ids(frame, "update_ids")
         n = len(update_ids)
         update_boxes = _boxes(frame, "update_boxes", n, dims, "update_ids")
-        # (only the two arrays: ``World.step(**arrays)`` binds two keywords, not eight)
         return dict(update_ids=update_ids, update_boxes=update_boxes) if n else {}
     remove_ids = _ids(frame, "remove_ids")
     add_ids = _ids(frame, "add_ids")
@@ -329,8 +329,7 @@ def delta_bytes(applied) -> bytes:
         stats = stats_message(d.stats, applied.queue_s, applied.server_s)
         if len(d.created) + len(d.deleted) < FRAMED_PAIRS:
             raw = frame_pb2.Delta(seq=applied.seq, world=applied.world, frame=applied.frame,
-                                  created=to_bytes(d.created, U64) if len(d.created) else b"",
-                                  deleted=to_bytes(d.deleted, U64) if len(d.deleted) else b"",
+                                  created=to_bytes(d.created, U64), deleted=to_bytes(d.deleted, U64),
                                   stats=stats, pairs_digest=applied.digest).SerializeToString()
         else:
             head = frame_pb2.Delta(seq=applied.seq, world=applied.world, frame=applied.frame).SerializeToString()

@@ -148,7 +148,6 @@ def paced(n: int = 100_000, hz: float = 30.0, frames: int = 40, rounds: int = 3,
                 ratio=out["paced"] / out["back_to_back"])
 
 
-
 class _StreamCall:
     """The little of a gRPC call's context that ``StreamFrames`` reads (a stream bound to its world)."""
 
@@ -224,6 +223,7 @@ def service_frame(n: int = 100, worlds: int = 64, rounds: int = 200, seed: int =
         server.health_pool.shutdown()
     return dict(objects=n, worlds=worlds, frame_us=float(np.median(times)) * 1e6,
                 mean_us=float(np.mean(times)) * 1e6, engine_us=float(np.median(steps)) * 1e6)
+
 
 def text(fc: dict, tw: dict, pc: dict | None = None, sf: dict | None = None) -> str:
     lines = ["frames in process, threads=1 (every object moving):"]

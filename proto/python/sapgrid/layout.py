@@ -16,8 +16,8 @@ _NO_PAIRS.flags.writeable = False
 
 
 def to_bytes(a, dtype: np.dtype) -> bytes:
-    """An array-like as the bytes of a bulk field (b"" for None)."""
-    if a is None:
+    """An array-like as the bytes of a bulk field (b"" for None or an empty array: no conversion)."""
+    if a is None or (type(a) is np.ndarray and a.size == 0):
         return b""
     return np.ascontiguousarray(a, dtype=dtype).tobytes()
 
