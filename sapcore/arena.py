@@ -45,8 +45,11 @@ class Field:
 class Arena:
     """Regions of ``fields``' arrays, one per cell; see the module docstring.
 
-    move(cells, new_base, new_cap, src_arrays, dst_arrays): the kernel that copies the given cells'
-    regions to their new place (src and dst may be the same arrays) and records it in base and cap.
+    move(arena, cells, new_base, new_cap, src_arrays, dst_arrays): the kernel that copies the given cells'
+    regions to their new place (src and dst may be the same arrays) and records it in the arena's base and
+    cap. A function of the arena, not a method of its owner: a bound method would hold the owner and its
+    arena in a cycle, which only a pass of the garbage collector frees (a world's memory long after it is
+    dropped, or never once the server has frozen its start's objects).
     """
 
     def __init__(self, n_cells: int, fields: tuple[Field, ...], units: int, *, first: int, pad: int,
@@ -76,7 +79,7 @@ class Arena:
         if self.top + total > self.units:
             self.grow(int((self.top + total) * 1.25) + 1024)
         self.garbage += left
-        self._move(cells, new_base, new_cap, self.arrays, self.arrays)
+        self._move(self, cells, new_base, new_cap, self.arrays, self.arrays)
         self.top += total
 
     def grow(self, units: int) -> None:
@@ -94,7 +97,7 @@ class Arena:
         old = self.arrays
         self.arrays = self._alloc(max(1024, int(1.25 * (size.sum() + extra)) + 2))
         new_base = self.first + np.cumsum(size) - size
-        self._move(cells, new_base, caps, old, self.arrays)
+        self._move(self, cells, new_base, caps, old, self.arrays)
         self.top = self.first + int(size.sum())
         self.garbage = 0
 

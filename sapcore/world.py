@@ -39,6 +39,7 @@ to stop.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 
@@ -103,6 +104,16 @@ def auto_cells(dims: int, bounds, n_objects: int, per_cell: float = 64.0) -> tup
     return tuple(int(c) for c in cells)
 
 
+def _move_saps(dims, sap, cells, new_base, new_cap, src, dst):
+    """The cells' SAP arena's ``move`` (``Arena``: a function of the arena, the world's dims bound)."""
+    karena.cells_move(cells, new_base, new_cap, dims, sap.n, sap.base, sap.cap, *src, *dst)
+
+
+def _move_pair_sets(ps, cells, new_base, new_cap, src, dst):
+    """The cells' pair-set arena's ``move``."""
+    kmerge.pair_sets_move(cells, new_base, new_cap, ps.base, ps.cap, ps.n, *src, *dst)
+
+
 class _Frame:
     """What one frame carries from phase to phase."""
 
@@ -150,11 +161,11 @@ class World:
         # the cells' SAPs: box units (handle, endpoint positions), two endpoint keys per unit and axis;
         # each region has a sentinel unit of its own
         self.sap = Arena(nc, (Field(np.int32), Field(np.int32, trail=(2 * d,)), Field(np.uint64, lead=(d,), per_unit=2)),
-                         1024, first=1, pad=1, cap_dtype=np.int32, move=self._move_saps)
+                         1024, first=1, pad=1, cap_dtype=np.int32, move=functools.partial(_move_saps, d))
         # the cells' pair sets: hash slots, and one key and flag per two slots (load factor <= 1/2)
         self.pair_sets = Arena(nc, (Field(np.int32, fill=-1), Field(np.uint64, per_unit=0.5),
                                     Field(np.uint8, per_unit=0.5)),
-                               1024, first=0, pad=0, cap_dtype=np.int64, move=self._move_pair_sets)
+                               1024, first=0, pad=0, cap_dtype=np.int64, move=_move_pair_sets)
         self.world_pairs = WorldPairs()
         self.update_list = UpdateList()
         self._cell_stamp = np.zeros(nc, np.int64)      # the last frame that touched each cell
@@ -166,13 +177,6 @@ class World:
         self._listed = None
         self._listed_calls = {}               # see _listed_call
         self._listed_last = _NO_LISTED_CALL   # the last held one and its arrays' flags (``_step_listed``)
-
-    def _move_saps(self, cells, new_base, new_cap, src, dst):
-        karena.cells_move(cells, new_base, new_cap, self.dims, self.sap.n, self.sap.base, self.sap.cap, *src, *dst)
-
-    def _move_pair_sets(self, cells, new_base, new_cap, src, dst):
-        ps = self.pair_sets
-        kmerge.pair_sets_move(cells, new_base, new_cap, ps.base, ps.cap, ps.n, *src, *dst)
 
     # ------------------------------------------------------------------ frame
     def step(self, remove_ids=None, add_ids=None, add_boxes=None, add_category=None, add_mask=None,

@@ -217,6 +217,10 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
                     yield protocol.stream_response(seq, applied)
                 finally:
                     runner.published(applied)     # once the answer is sent (or the stream is gone)
+                # nothing of this frame is held while the next is awaited: a stream ended by an error keeps
+                # this generator in a cycle with its traceback until a pass of the garbage collector (the
+                # world, were it deleted meanwhile, and a frame's request bytes with it)
+                raw = frame = runner = applied = None
 
     # ---- queries ----------------------------------------------------------------------------
     @_unary

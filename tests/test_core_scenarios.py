@@ -6,8 +6,10 @@ across thread counts. Every ``Twin.step`` checks pairs, delta invariants, valida
 from __future__ import annotations
 
 import dataclasses
+import gc
 import itertools
 import os
+import weakref
 
 import numpy as np
 import pytest
@@ -359,6 +361,37 @@ def test_growth_and_shrink_over_frames():
             f["update_ids"], f["update_boxes"] = f["update_ids"][keep], f["update_boxes"][keep]
         twin.step(**f)
     assert not twin.active and twin.world.object_count == 0
+
+
+def test_a_world_is_freed_by_its_last_reference_alone():
+    """No reference cycle holds a world: dropping its last reference frees it at once, with the garbage
+    collector off (else only a pass of the collector would, and never one that froze it: ``sapgrid
+    serve`` freezes its start's objects, a default or recovered world among them). Its arenas grew and
+    moved regions first, its small frames went through the one-call path. (A first world runs the same
+    frames before: a kernel compiled meanwhile could hold its arguments.)"""
+    def frames():
+        world = new_world(cfg2(cells=(4, 4), bounds=(0.0, 0.0, 16.0, 16.0), threads=2))
+        rng = np.random.default_rng(5)
+        ids = np.arange(3000, dtype=np.uint64)
+        centre = rng.uniform(0, 16, (3000, 2)).astype(np.float32)
+        boxes = np.concatenate([centre - 0.1, centre + 0.1], 1)
+        world.step(add_ids=ids[:300], add_boxes=boxes[:300])
+        world.step(add_ids=ids[300:], add_boxes=boxes[300:])        # the cells' regions grow: they move
+        for n in (3000, 3000, 100, 100):
+            centre += rng.normal(0, 0.3, centre.shape).astype(np.float32)
+            world.step(update_ids=ids[:n], update_boxes=np.concatenate([centre - 0.1, centre + 0.1], 1)[:n])
+        return world
+
+    frames()
+    world = frames()
+    assert world.sap.garbage and world.pair_sets.garbage and world.pair_count     # regions moved in both
+    gone = weakref.ref(world)
+    gc.disable()
+    try:
+        del world
+        assert gone() is None
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize("cells", [(32, 24), (400, 1)])

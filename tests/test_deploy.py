@@ -405,7 +405,8 @@ def test_dashboard_queries_use_real_metrics_and_labels():
     # the panels the dashboard promises
     for name in ("sapgrid_frames_total", "sapgrid_frame_duration_seconds_bucket", "sapgrid_world_objects",
                  "sapgrid_world_pairs", "sapgrid_pairs_created_total", "sapgrid_pairs_deleted_total",
-                 "sapgrid_endpoint_swaps_total", "sapgrid_world_queue_depth", "sapgrid_occupied_cells"):
+                 "sapgrid_endpoint_swaps_total", "sapgrid_world_queue_depth", "sapgrid_occupied_cells",
+                 "sapgrid_gc_pause_seconds_bucket"):
         assert name in used, f"dashboard shows no {name}"
     exprs = " ".join(e for _, e, _ in queries)
     for q in ("0.5", "0.99"):

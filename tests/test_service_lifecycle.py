@@ -177,3 +177,55 @@ def test_demo_status_fits_the_terminal_and_a_wrong_port_fails_fast():
                            "--connect-timeout", "2"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and time.monotonic() - t0 < 20
     assert "not reachable" in proc.stderr and "--spawn-server" in proc.stderr
+
+
+def test_the_server_leaves_its_start_out_of_the_garbage_collectors_passes():
+    """``sapgrid serve`` freezes what its start made (imports, gRPC, the engine: ~120k objects) once it
+    serves: a full pass of the collector over them would hold every world's frames ~50 ms."""
+    srv = SpawnedServer("--default-world", "")
+    try:
+        text = scrape(srv.metrics_url)
+        assert metric_value(text, "sapgrid_gc_frozen_objects") > 50_000
+        assert metric_value(text, "sapgrid_gc_pause_seconds_count", generation=2) >= 1     # the pass before it
+    finally:
+        srv.stop()
+
+
+def test_a_deleted_world_is_freed_at_once(make_server):
+    """DeleteWorld frees the world, its engine and their arrays by their last references, not at a later
+    pass of the garbage collector (off here): a world made before ``sapgrid serve`` froze its start (the
+    default world, a recovered one) is in no pass at all. A stream wrote to it (a refused frame among its
+    frames), a query read it and a subscriber follows it until it is deleted."""
+    import gc
+    import weakref
+
+    srv = make_server(default_world="")
+    rng = np.random.default_rng(3)
+    ids = np.arange(2000)
+    with Client(srv.address) as c:
+        c.create_world("freed", CFG)
+        sub = iter(c.subscribe("freed"))
+        with c.stream("freed") as s:
+            s.step(add_ids=ids[:200], add_boxes=random_boxes(rng, 200, side=100))
+            s.step(add_ids=ids[200:], add_boxes=random_boxes(rng, 1800, side=100))
+            with pytest.raises(InvalidArgument):
+                s.step(remove_ids=[5000])
+            for _ in range(3):
+                s.step(update_ids=ids, update_boxes=random_boxes(rng, 2000, side=100))
+        c.query("freed", (0, 0, 50, 50))
+        assert next(sub).frame == 1
+        runner = srv.app.registry.get("freed")
+        held = weakref.ref(runner), weakref.ref(runner.world)
+        del runner
+        gc.disable()
+        try:
+            c.delete_world("freed")
+            with pytest.raises(NotFound):
+                for _ in sub:
+                    pass
+            deadline = time.monotonic() + 10          # the calls' threads let go of it as they finish
+            while any(ref() is not None for ref in held) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert [ref() is None for ref in held] == [True, True]
+        finally:
+            gc.enable()

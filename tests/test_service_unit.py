@@ -1,6 +1,7 @@
 """Without a network: the one error mapping, config, codec and the servicer called directly."""
 from __future__ import annotations
 
+import time
 
 import grpc
 import numpy as np
@@ -278,3 +279,37 @@ def test_the_queue_depth_gauge_follows_the_line_and_is_set_only_when_it_changes(
 
     assert 'sapgrid_world_queue_depth{world="q"} 0.0' in generate_latest(metrics.registry).decode()
     registry.close(5)
+
+
+def test_the_garbage_collectors_passes_are_timed_once_for_every_registry():
+    """``sapgrid_gc_pause_seconds``: each pass of the collector, by generation, in every registry of the
+    process (one callback, however many servers); a full pass is one more count in generation 2 with its
+    seconds, in the bucket of its length."""
+    import gc
+
+    from prometheus_client import generate_latest
+
+    from sapgrid.server.metrics import GcPauses
+    from service_helpers import metric_value
+
+    first, second = Metrics(), Metrics()
+    assert gc.callbacks.count(GcPauses._pass) == 1
+    edges = (0.00001, 0.0001, 0.001, 0.01, 0.1, 1.0)
+
+    def counts(text):
+        return [metric_value(text, "sapgrid_gc_pause_seconds_bucket", generation=2, le=str(b)) for b in edges]
+
+    text = generate_latest(first.registry).decode()
+    count, total, buckets = (metric_value(text, "sapgrid_gc_pause_seconds_count", generation=2),
+                             metric_value(text, "sapgrid_gc_pause_seconds_sum", generation=2), counts(text))
+    t0 = time.perf_counter()
+    gc.collect()
+    longest = time.perf_counter() - t0
+    for m in (first, second):
+        text = generate_latest(m.registry).decode()
+        assert metric_value(text, "sapgrid_gc_pause_seconds_count", generation=2) == count + 1
+        assert total < metric_value(text, "sapgrid_gc_pause_seconds_sum", generation=2) <= total + longest
+        assert metric_value(text, "sapgrid_gc_frozen_objects") == gc.get_freeze_count()
+        # one more in every bucket from the one that holds the pass's length on
+        assert [after - b for after, b, edge in zip(counts(text), buckets, edges) if edge >= longest] == \
+            [1] * sum(edge >= longest for edge in edges)
