@@ -303,14 +303,16 @@ class GcPauses:
             gc.callbacks.append(GcPauses._pass)
 
     @staticmethod
-    def _pass(phase: str, info: dict) -> None:
+    def _pass(phase: str, info: dict, clock=time.perf_counter, bucket=bisect_left, edges=GC_BUCKETS,
+              buckets=_buckets, sums=_sums, started=_started) -> None:
+        # (everything it reads is bound here: a pass may run while the interpreter tears the modules down)
         if phase == "start":
-            GcPauses._started[0] = time.perf_counter()
+            started[0] = clock()
             return
-        seconds = time.perf_counter() - GcPauses._started[0]
+        seconds = clock() - started[0]
         generation = info["generation"]
-        GcPauses._buckets[generation][bisect_left(GC_BUCKETS, seconds)] += 1     # the first bucket whose le >= it
-        GcPauses._sums[generation] += seconds
+        buckets[generation][bucket(edges, seconds)] += 1     # the first bucket whose le >= it
+        sums[generation] += seconds
 
     def describe(self):
         return self.collect()
