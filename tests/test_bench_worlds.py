@@ -182,3 +182,32 @@ def test_replicas_outside_a_spawned_many_worlds_bench_are_refused(argv, message)
     with pytest.raises(SystemExit) as e:
         cli.main(["bench", *argv])
     assert message in str(e.value)
+
+
+def test_the_frames_and_the_echo_take_turns_in_halves(monkeypatch):
+    """Frames, echo, echo, frames, each for half of ``--seconds``: every figure is over both halves of its
+    kind (answered, round trips, the server's CPU, the other processes' cores)."""
+    calls = []
+
+    def paced(kind, answered, rtt):
+        async def run(address, frames, hz, seconds, aligned, mark):
+            calls.append((kind, seconds))
+            mark()
+            return answered[sum(k == kind for k, _ in calls) - 1], [rtt] * 4
+        return run
+
+    cpu = iter([0.5, 0.2, 0.4, 0.7])                 # the server's CPU seconds of each half, in turn
+    monkeypatch.setattr(bench_worlds, "_setup_worlds", lambda address, names, n, seed: {name: [] for name in names})
+    monkeypatch.setattr(bench_worlds, "_drop_worlds", lambda address, names: None)
+    monkeypatch.setattr(bench_worlds, "_many", paced("frames", (100, 300), 0.002))
+    monkeypatch.setattr(bench_worlds, "_echo", paced("echo", (200, 200), 0.001))
+    monkeypatch.setattr(bench_worlds, "_measured",
+                        lambda pids, work, marked=False: (work(lambda: None), next(cpu), 0.1, 0.25))
+    r = bench_worlds.measure("127.0.0.1:1", [1], worlds=2, objects=10, hz=20.0, seconds=3.0, heavy_objects=0)
+    assert calls == [("frames", 1.5), ("echo", 1.5), ("echo", 1.5), ("frames", 1.5)]
+    assert r["frames_delivered"] == 400 and r["echo_delivered"] == 400
+    assert r["frames_asked"] == 2 * 2 * 30                     # two worlds, two halves of ceil(1.5 s x 20 Hz)
+    assert r["server_cpu_ms_per_frame"] == pytest.approx((0.5 + 0.7) * 1e3 / 400)
+    assert r["echo_cpu_ms_per_frame"] == pytest.approx((0.2 + 0.4) * 1e3 / 400)
+    assert r["p50_ms"] == pytest.approx(2.0) and r["echo_p50_ms"] == pytest.approx(1.0)
+    assert r["others_cores"] == pytest.approx(0.25) and r["echo_others_cores"] == pytest.approx(0.25)

@@ -14,6 +14,9 @@
 2. Echo baseline: the same schedule over bare ``EchoService`` streams carrying the same bytes: the
    transport alone (delivered, p50 / p99) and the server's CPU per message, so
    ``server_cpu_ms_per_frame / echo_cpu_ms_per_frame`` is the service's own cost per frame over gRPC's.
+   The two take turns in halves of ``--seconds``, frames, echo, echo, frames (``HALVES``): a change of
+   the machine's speed during the measure falls on both alike (one run of each in turn read ratios
+   from 1.34x to 1.76x on the 2-core VM within the hour); every figure is over both halves.
 3. Heavy neighbour: a world of 100-object frames streams alone at H frames/s (p99 alone), then again
    while a heavy world (``--heavy-objects``, frames sent back to back, every object moving) streams in
    the same server from a load generator process of its own (its multi-megabyte messages would
@@ -54,6 +57,7 @@ from sapgrid.v1 import sapgrid_service_pb2_grpc as pb_grpc
 
 CYCLE = 30                         # distinct frames per world; positions return to the start after a cycle
 WARMUP = 3                         # frames (echo messages) a stream sends, untimed, before its schedule starts
+HALVES = ("frames", "echo", "echo", "frames")      # the measures of --seconds / 2 each, in this order
 TARGETS = dict(delivered_fraction=0.99, p99_ms=10.0, cpu_ratio=1.5, neighbour_ratio=3.0)
 
 
@@ -410,13 +414,22 @@ def measure(address: str, pids, worlds: int, objects: int, hz: float, seconds: f
     frames = _setup_worlds(address, names, objects, seed)
     try:
         held = _held(cluster.members, prefix) if cluster is not None else [worlds]
-        (delivered, rtts), server_cpu, gen_cpu, others = _measured(
-            pids, lambda mark: asyncio.run(_many(address, frames, hz, seconds, aligned, mark)), marked=True)
-        (echoed, echo_rtts), echo_cpu, _, echo_others = _measured(
-            pids, lambda mark: asyncio.run(_echo(address, frames, hz, seconds, aligned, mark)), marked=True)
+        runs = {"frames": _many, "echo": _echo}
+        got = {kind: [0, [], 0.0, 0.0, 0.0] for kind in runs}       # answered, rtts, server, generator, others
+        for kind in HALVES:
+            (done, rtts), server, gen, others = _measured(
+                pids, lambda mark, run=runs[kind]: asyncio.run(run(address, frames, hz, seconds / 2, aligned, mark)),
+                marked=True)
+            g = got[kind]
+            g[0] += done
+            g[1] += rtts
+            g[2] += server
+            g[3] += gen
+            g[4] += others / 2                      # (two halves of the same length)
     finally:
         _drop_worlds(address, names)
-    asked = int(sum(np.ceil(seconds * hz) for _ in names))
+    (delivered, rtts, server_cpu, gen_cpu, others), (echoed, echo_rtts, echo_cpu, _, echo_others) = got.values()
+    asked = int(sum(HALVES.count("frames") * np.ceil(seconds / 2 * hz) for _ in names))
     out = dict(worlds=worlds, objects=objects, hz=hz, seconds=seconds, aligned=aligned, frames_asked=asked,
                frames_delivered=delivered, frames_per_s=delivered / seconds, p50_ms=_ms(rtts, 50),
                p99_ms=_ms(rtts, 99), server_cpu_ms_per_frame=server_cpu * 1e3 / max(delivered, 1),
