@@ -295,13 +295,20 @@ def pairs_after(pairs: np.ndarray, token: str) -> int:
 
 # ---- engine results -> bytes / messages ---------------------------------------------------------
 
+def fill_stats(m: world_pb2.FrameStats, s, queue_s: float = 0.0, server_s: float = 0.0) -> world_pb2.FrameStats:
+    """sapcore.FrameStats (+ the service's seconds) into the FrameStats message ``m``, field by field: a
+    Delta's own ``stats`` is filled in place (a message built from keywords, then copied into the Delta,
+    costs ~0.6 us more of every frame). Returns ``m``. (protobuf takes Python's and numpy's integers alike.)"""
+    m.objects, m.pairs, m.created, m.deleted, m.swaps = s.objects, s.pairs, s.created, s.deleted, s.swaps
+    m.cells_touched, m.cell_overflows = s.cells_touched, s.cell_overflows
+    m.validate_seconds, m.rasterize_seconds, m.apply_seconds = s.validate_s, s.rasterize_s, s.apply_s
+    m.merge_seconds, m.engine_seconds, m.queue_seconds, m.server_seconds = s.merge_s, s.total_s, queue_s, server_s
+    return m
+
+
 def stats_message(s, queue_s: float = 0.0, server_s: float = 0.0) -> world_pb2.FrameStats:
     """sapcore.FrameStats (+ the service's seconds) -> FrameStats message."""
-    return world_pb2.FrameStats(       # (protobuf takes Python's and numpy's integers alike)
-        objects=s.objects, pairs=s.pairs, created=s.created, deleted=s.deleted, swaps=s.swaps,
-        cells_touched=s.cells_touched, cell_overflows=s.cell_overflows,
-        validate_seconds=s.validate_s, rasterize_seconds=s.rasterize_s, apply_seconds=s.apply_s,
-        merge_seconds=s.merge_s, engine_seconds=s.total_s, queue_seconds=queue_s, server_seconds=server_s)
+    return fill_stats(world_pb2.FrameStats(), s, queue_s, server_s)
 
 
 #: Pairs (created + deleted) from which a Delta's pair fields are framed around protobuf's serialization of
@@ -326,16 +333,18 @@ def delta_bytes(applied) -> bytes:
     raw = applied.encoded
     if raw is None:
         d = applied.delta
-        stats = stats_message(d.stats, applied.queue_s, applied.server_s)
         if len(d.created) + len(d.deleted) < FRAMED_PAIRS:
-            raw = frame_pb2.Delta(seq=applied.seq, world=applied.world, frame=applied.frame,
-                                  created=to_bytes(d.created, U64), deleted=to_bytes(d.deleted, U64),
-                                  stats=stats, pairs_digest=applied.digest).SerializeToString()
+            message = frame_pb2.Delta(seq=applied.seq, world=applied.world, frame=applied.frame,
+                                      created=to_bytes(d.created, U64), deleted=to_bytes(d.deleted, U64),
+                                      pairs_digest=applied.digest)
+            fill_stats(message.stats, d.stats, applied.queue_s, applied.server_s)
+            raw = message.SerializeToString()
         else:
             head = frame_pb2.Delta(seq=applied.seq, world=applied.world, frame=applied.frame).SerializeToString()
-            tail = frame_pb2.Delta(stats=stats, pairs_digest=applied.digest).SerializeToString()
+            tail = frame_pb2.Delta(pairs_digest=applied.digest)
+            fill_stats(tail.stats, d.stats, applied.queue_s, applied.server_s)
             raw = b"".join((head, *_pairs_field(_TAG_CREATED, d.created), *_pairs_field(_TAG_DELETED, d.deleted),
-                            tail))
+                            tail.SerializeToString()))
         applied.encoded = raw
     return raw
 
@@ -348,7 +357,7 @@ def world_info(runner) -> world_pb2.WorldInfo:
                                  writers=runner.writers.seqs(), frozen=runner.frozen)
     last = runner.last
     if last is not None:
-        stats.last_frame.CopyFrom(stats_message(last.delta.stats, last.queue_s, last.server_s))
+        fill_stats(stats.last_frame, last.delta.stats, last.queue_s, last.server_s)
     return world_pb2.WorldInfo(name=runner.name, config=config_message(runner.config, expected_objects=runner.expected_objects),
                                stats=stats, generation=runner.generation)
 

@@ -79,6 +79,36 @@ def test_a_frame_of_updates_only_gives_just_its_two_arrays_and_the_same_delta():
             == protocol.stats_message(FrameStats(**counts)).SerializeToString())
 
 
+@pytest.mark.parametrize("pairs", [3, protocol.FRAMED_PAIRS])
+def test_every_stats_field_reaches_the_delta_and_the_world_info(pairs):
+    """Each figure of a frame's stats (every field distinct) is in its Delta's bytes, small (one message) or
+    framed around its pairs, and in WorldInfo's last frame, with the service's queue and server seconds."""
+    from types import SimpleNamespace
+
+    from sapcore import Delta
+    from sapcore.types import FrameStats
+    from sapgrid.server.registry import Applied
+
+    names = ("objects", "pairs", "created", "deleted", "swaps", "cells_touched", "cell_overflows")
+    seconds = ("validate_s", "rasterize_s", "apply_s", "merge_s", "total_s")
+    stats = FrameStats(**{n: 11 + i for i, n in enumerate(names)}, **{n: (i + 1) / 64 for i, n in enumerate(seconds)})
+    rows = np.arange(2 * pairs, dtype=np.uint64).reshape(-1, 2)
+    applied = Applied("w", 9, 12, Delta(rows, rows[:1], stats), queue_s=0.75, server_s=0.875, digest=77)
+    want = dict({n: getattr(stats, n) for n in names}, validate_seconds=1 / 64, rasterize_seconds=2 / 64,
+                apply_seconds=3 / 64, merge_seconds=4 / 64, engine_seconds=5 / 64, queue_seconds=0.75,
+                server_seconds=0.875)
+    delta = frame_pb2.Delta.FromString(protocol.delta_bytes(applied))
+    assert (delta.seq, delta.world, delta.frame, delta.pairs_digest) == (9, "w", 12, 77)
+    assert len(delta.created) == rows.nbytes and len(delta.deleted) == 16
+    runner = SimpleNamespace(name="w", config=WorldConfig(dims=2, bounds=(0, 0, 1, 1), cells=(1, 1)),
+                             expected_objects=0, objects=1, pairs=0, frames=12, rejected=0, queue_depth=0,
+                             subscribers=0, digest=77, writers=SimpleNamespace(seqs=dict), frozen=False, last=applied,
+                             generation=1)
+    last = protocol.world_info(runner).stats.last_frame
+    for message in (delta.stats, last):
+        assert {f: getattr(message, f) for f in want} == want
+
+
 class FakeContext:
     """Just enough of grpc.ServicerContext for unary handlers."""
 
