@@ -306,11 +306,6 @@ def fill_stats(m: world_pb2.FrameStats, s, queue_s: float = 0.0, server_s: float
     return m
 
 
-def stats_message(s, queue_s: float = 0.0, server_s: float = 0.0) -> world_pb2.FrameStats:
-    """sapcore.FrameStats (+ the service's seconds) -> FrameStats message."""
-    return fill_stats(world_pb2.FrameStats(), s, queue_s, server_s)
-
-
 #: Pairs (created + deleted) from which a Delta's pair fields are framed around protobuf's serialization of
 #: its other fields instead of passing through the message (copied three times into fresh buffers: 5.8 ms
 #: with the GIL held for a 100k-object frame's 170k pairs; framed, one copy).

@@ -374,7 +374,7 @@ def test_delta_bytes_are_what_protobuf_serializes(created, deleted):
 
     from sapgrid.layout import U64, to_bytes
     from sapgrid.server.registry import Applied
-    from sapgrid.v1 import frame_pb2
+    from sapgrid.v1 import frame_pb2, world_pb2
 
     rng = np.random.default_rng(created + 7 * deleted)
     pairs = [np.sort(rng.integers(0, 2**64, (n, 2), dtype=np.uint64), axis=1) for n in (created, deleted)]
@@ -382,7 +382,8 @@ def test_delta_bytes_are_what_protobuf_serializes(created, deleted):
     applied = Applied("w-1", 2**63 + 5, 77, Delta(pairs[0], pairs[1], stats), 1e-6, 5e-5, None,
                       digest=int(rng.integers(0, 2**63)))
     want = frame_pb2.Delta(seq=applied.seq, world=applied.world, frame=applied.frame, created=to_bytes(pairs[0], U64),
-                           deleted=to_bytes(pairs[1], U64), stats=protocol.stats_message(stats, 1e-6, 5e-5),
+                           deleted=to_bytes(pairs[1], U64),
+                           stats=protocol.fill_stats(world_pb2.FrameStats(), stats, 1e-6, 5e-5),
                            pairs_digest=applied.digest).SerializeToString()
     got = protocol.delta_bytes(applied)
     assert got == want and protocol.delta_bytes(applied) is got                  # made once

@@ -70,13 +70,13 @@ def test_a_frame_of_updates_only_gives_just_its_two_arrays_and_the_same_delta():
     got, want = worlds[0].step(**out), worlds[1].step(**full, **out)
     assert np.array_equal(got.created, want.created) and np.array_equal(got.deleted, want.deleted)
     assert (got.stats.objects, got.stats.pairs) == (want.stats.objects, want.stats.pairs) == (4, 1)
-    got_stats = protocol.stats_message(got.stats, 0.5, 0.25)
+    got_stats = protocol.fill_stats(world_pb2.FrameStats(), got.stats, 0.5, 0.25)
     assert (got_stats.objects, got_stats.pairs, got_stats.queue_seconds) == (4, 1, 0.5)
     from sapcore.types import FrameStats
     counts = dict(objects=4, pairs=1, created=2, deleted=1, swaps=7, cells_touched=3, cell_overflows=0)
     as_numpy = FrameStats(**{k: np.int64(v) if k != "swaps" else np.uint64(v) for k, v in counts.items()})
-    assert (protocol.stats_message(as_numpy).SerializeToString()
-            == protocol.stats_message(FrameStats(**counts)).SerializeToString())
+    assert (protocol.fill_stats(world_pb2.FrameStats(), as_numpy).SerializeToString()
+            == protocol.fill_stats(world_pb2.FrameStats(), FrameStats(**counts)).SerializeToString())
 
 
 @pytest.mark.parametrize("pairs", [3, protocol.FRAMED_PAIRS])

@@ -414,22 +414,22 @@ def measure(address: str, pids, worlds: int, objects: int, hz: float, seconds: f
     frames = _setup_worlds(address, names, objects, seed)
     try:
         held = _held(cluster.members, prefix) if cluster is not None else [worlds]
-        runs = {"frames": _many, "echo": _echo}
+        runs, half = {"frames": _many, "echo": _echo}, seconds / 2
         got = {kind: [0, [], 0.0, 0.0, 0.0] for kind in runs}       # answered, rtts, server, generator, others
         for kind in HALVES:
             (done, rtts), server, gen, others = _measured(
-                pids, lambda mark, run=runs[kind]: asyncio.run(run(address, frames, hz, seconds / 2, aligned, mark)),
+                pids, lambda mark, run=runs[kind]: asyncio.run(run(address, frames, hz, half, aligned, mark)),
                 marked=True)
             g = got[kind]
             g[0] += done
             g[1] += rtts
             g[2] += server
             g[3] += gen
-            g[4] += others / 2                      # (two halves of the same length)
+            g[4] += others / HALVES.count(kind)     # (its halves' mean: each as long)
     finally:
         _drop_worlds(address, names)
     (delivered, rtts, server_cpu, gen_cpu, others), (echoed, echo_rtts, echo_cpu, _, echo_others) = got.values()
-    asked = int(sum(HALVES.count("frames") * np.ceil(seconds / 2 * hz) for _ in names))
+    asked = int(sum(HALVES.count("frames") * np.ceil(half * hz) for _ in names))
     out = dict(worlds=worlds, objects=objects, hz=hz, seconds=seconds, aligned=aligned, frames_asked=asked,
                frames_delivered=delivered, frames_per_s=delivered / seconds, p50_ms=_ms(rtts, 50),
                p99_ms=_ms(rtts, 99), server_cpu_ms_per_frame=server_cpu * 1e3 / max(delivered, 1),
