@@ -212,8 +212,9 @@ class FrameSeries:
                 del self._rejected[key]
 
     def applied(self, world: str, s, queue_s: float, server_s: float) -> None:
-        w = self.world(world)
-        bounds, buckets, sums = LATENCY_BUCKETS, w.buckets, w.sums
+        w = self._worlds.get(world) or self.world(world)
+        first, bounds, buckets, sums = LATENCY_BUCKETS[0], LATENCY_BUCKETS, w.buckets, w.sums
+        values = (queue_s, s.validate_s, s.rasterize_s, s.apply_s, s.merge_s, s.total_s, server_s)
         with w.lock:
             w.ok += 1
             w.objects, w.pairs = s.objects, s.pairs
@@ -221,10 +222,13 @@ class FrameSeries:
             w.deleted += s.deleted
             w.swaps += s.swaps
             w.overflows += s.cell_overflows
-            for i, value in enumerate((queue_s, s.validate_s, s.rasterize_s, s.apply_s, s.merge_s, s.total_s,
-                                       server_s)):
-                buckets[i][bisect_left(bounds, value)] += 1      # the first bucket whose le >= value
+            i = 0
+            for value in values:
+                # the first bucket whose le >= value: most of a small frame's phases are in the first one
+                # (no search: 1.0 -> 0.7 us a frame)
+                buckets[i][0 if value <= first else bisect_left(bounds, value)] += 1
                 sums[i] += value
+                i += 1
 
     def rejected(self, world: str, outcome: str) -> None:
         with self._lock:

@@ -49,6 +49,20 @@ def test_decode_frame_is_zero_copy_and_checks_lengths():
     with pytest.raises(errors.InvalidInput) as ei:
         protocol.frame_arrays(frame_pb2.Frame(update_ids=ids.tobytes(), update_boxes=b"\0" * 7), 2)
     assert ei.value.field == "update_boxes"
+    # a frame of updates only (read without the helpers' calls when well formed) is checked the same way
+    for bad, error, field in ((dict(update_ids=b"\0" * 7), errors.InvalidInput, "update_ids"),
+                              (dict(update_ids=ids.tobytes()), errors.InvalidInput, "update_boxes"),
+                              (dict(update_ids=ids.tobytes(), update_boxes=np.zeros((5, 6), "<f4").tobytes()),
+                               errors.DimsMismatch, "update_boxes"),
+                              (dict(update_boxes=boxes.tobytes()), errors.InvalidInput, "update_boxes")):
+        with pytest.raises(error) as ei:
+            protocol.frame_arrays(frame_pb2.Frame(**bad), 2)
+        assert ei.value.field == field, bad
+    moved = np.arange(30, dtype="<f4").reshape(5, 6)
+    out = protocol.frame_arrays(frame_pb2.Frame(update_ids=ids.tobytes(), update_boxes=moved.tobytes()), 3)
+    assert out["update_ids"].tolist() == ids.tolist() and np.array_equal(out["update_boxes"], moved)
+    assert out["update_boxes"].dtype == np.float32 and out["update_boxes"].flags.c_contiguous
+    assert not out["update_ids"].flags.writeable and not out["update_boxes"].flags.writeable
 
 
 
@@ -220,6 +234,47 @@ def test_a_world_runs_one_job_at_a_time_in_arrival_order():
     assert not runner.pending and job(5) == 5              # the world is free again
 
 
+def _holding(runner, timeout: float = 30):
+    """A job that holds ``runner`` until the returned event is set, started: (its thread, the event)."""
+    import threading
+
+    from sapgrid.server.registry import Caller
+
+    started, release = threading.Event(), threading.Event()
+
+    def work():
+        started.set()
+        release.wait(timeout)
+
+    job = threading.Thread(target=runner.run, args=(work, Caller()))
+    job.start()
+    assert started.wait(timeout)
+    return job, release
+
+
+@pytest.mark.parametrize("how", ["wait_idle", "drain"])
+def test_who_waits_for_a_world_to_go_idle_is_woken_when_its_job_ends(how):
+    """Deleting a world waits for its running job (``wait_idle``), a shutdown for its running and waiting
+    ones (``drain``): the job's end wakes them at once (``_next`` notifies its waiters only when there are)."""
+    import threading
+
+    runner = Registry(Metrics(process=False)).create("i", WorldConfig(dims=2, bounds=(0, 0, 10, 10), cells=(2, 2)))
+    job, release = _holding(runner)
+    woken = []
+    waiter = threading.Thread(target=lambda: woken.append((getattr(runner, how)(timeout=20), time.monotonic())))
+    waiter.start()
+    while not runner._idle_waiters:               # the waiter is in its wait
+        time.sleep(0.001)
+    assert not woken
+    released = time.monotonic()
+    release.set()
+    waiter.join(30)
+    job.join(30)
+    assert woken and woken[0][0] is True and woken[0][1] - released < 10     # woken by the job's end, not a timeout
+    assert runner._idle_waiters == 0
+    assert runner.wait_idle(timeout=0) is True             # idle: no wait at all
+
+
 def test_a_subscriber_is_bounded_in_bytes_too():
     """Few deltas but big ones: the subscriber is dropped once their bytes pass its byte limit."""
     from types import SimpleNamespace
@@ -285,15 +340,7 @@ def test_the_queue_depth_gauge_follows_the_line_and_is_set_only_when_it_changes(
     for _ in range(5):                          # jobs that never wait: the gauge is set once, at 0
         assert runner.run(lambda: 7, Caller()) == 7
     assert shown == [0]
-    started, release = threading.Event(), threading.Event()
-
-    def long_job():
-        started.set()
-        release.wait(10)
-
-    first = threading.Thread(target=runner.run, args=(long_job, Caller()))
-    first.start()
-    assert started.wait(10)
+    first, release = _holding(runner)
     second = threading.Thread(target=runner.run, args=(lambda: None, Caller()))
     second.start()
     for _ in range(1000):                       # the second job waits in line behind the first

@@ -66,6 +66,19 @@ def test_wrap_makes_valid_responses():
     assert pb.ApplyFrameResponse.FromString(wrap(1, d.SerializeToString())).delta == d
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.integers(0, 2**64 - 1),
+                st.sampled_from([0x7F, 0x80, 0x3FFF, 0x4000, 0x1FFFFF, 0x200000, 2**64 - 1])),
+       st.integers(0, 2**64 - 1))
+def test_seq_and_lengths_are_framed_as_protobuf_frames_them(seq, value):
+    # the framer's varints (one, two and three bytes without a loop, longer ones in it) are protobuf's
+    d = frame_pb2.Delta(seq=seq, frame=value, world="w" * (value % 20000))
+    raw = d.SerializeToString()
+    resp = varint_field(1, seq) + wrap(2, raw)
+    assert resp == pb.StreamFramesResponse(seq=seq, delta=d).SerializeToString()
+    assert pb.StreamFramesResponse.FromString(resp).delta == d
+
+
 @pytest.mark.parametrize("garbage", [b"\xff", b"\x0a\x05ab", b"\x0a\x02\x0a\xff"])
 def test_malformed_request_bytes_are_invalid_argument(server, garbage):
     with grpc.insecure_channel(server.address) as ch:
