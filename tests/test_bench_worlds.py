@@ -54,7 +54,9 @@ def test_the_json_reports_the_frames_and_the_transport_alone(make_server, capsys
     assert 0 < r["p50_ms"] <= r["p99_ms"] and 0 < r["echo_p50_ms"] <= r["echo_p99_ms"], r
     assert r["server_cpu_ms_per_frame"] > 0 and r["echo_cpu_ms_per_frame"] > 0, r
     assert r["others_cores"] >= 0 and r["echo_others_cores"] >= 0 and r["cores"] == os.cpu_count(), r
+    assert 0 < r["engine_ms_p50"] <= r["server_ms_p50"] <= r["p50_ms"], r     # within each frame's round trip
     assert "| other processes' CPU during each measure (cores of " in out
+    assert "| in the server, a frame's engine / server time p50 (its Delta's stats) |" in out
     assert ("aligned phases" if aligned else "spread phases") in out
     assert "| the transport alone (EchoService, same schedule and bytes)" in out
     with Client(server.address, timeout=60) as c:          # the warm-up frames went to the bench's own worlds
@@ -190,9 +192,11 @@ def test_the_frames_and_the_echo_take_turns_in_halves(monkeypatch):
     calls = []
 
     def paced(kind, answered, rtt):
-        async def run(address, frames, hz, seconds, aligned, mark):
+        async def run(address, frames, hz, seconds, aligned, mark, stats=None):
             calls.append((kind, seconds))
             mark()
+            if kind == "frames":            # each frame's engine and server seconds, from its Delta
+                stats += [(1e-5 * len(calls), 4e-5)] * 3
             return answered[sum(k == kind for k, _ in calls) - 1], [rtt] * 4
         return run
 
@@ -211,3 +215,4 @@ def test_the_frames_and_the_echo_take_turns_in_halves(monkeypatch):
     assert r["echo_cpu_ms_per_frame"] == pytest.approx((0.2 + 0.4) * 1e3 / 400)
     assert r["p50_ms"] == pytest.approx(2.0) and r["echo_p50_ms"] == pytest.approx(1.0)
     assert r["others_cores"] == pytest.approx(0.25) and r["echo_others_cores"] == pytest.approx(0.25)
+    assert r["engine_ms_p50"] == pytest.approx(0.025) and r["server_ms_p50"] == pytest.approx(0.04)  # both halves

@@ -3,7 +3,9 @@
 1. Many worlds: W worlds of N objects, one frame stream each, every object moving a little every
    frame, each stream paced at H frames/s for ``--seconds``; reports frames asked and delivered, round
    trip p50 / p99 (send -> delta, measured by the load generator), the server's CPU per frame and
-   the load generator's own CPU. The streams' ticks are spread evenly over one period (stream k of W
+   the load generator's own CPU, and the p50 of the engine's and the server's seconds of a frame in the
+   server (each Delta's stats: what the same work costs among the server's other streams, against
+   ``sapgrid bench``'s in-process figures). The streams' ticks are spread evenly over one period (stream k of W
    first sends k / (W * H) s after the start), as independent clients' ticks fall; ``--aligned``
    sends every stream's frame at the same instants instead (a burst of W frames each tick). Each
    stream first opens its call and sends ``WARMUP`` frames, untimed and uncounted (the call's set-up
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import time
@@ -145,11 +148,12 @@ class _Start:
 
 
 async def _paced_stream(stub, world: str, requests: list, hz: float, seconds: float, start: _Start, k: int,
-                        rtts: list) -> int:
+                        rtts: list, stats: list | None = None) -> int:
     """After ``WARMUP`` frames, send requests[(WARMUP + i) % len] at start + i/hz until start + seconds,
     each answered before the next; return the frames answered in the schedule. A stream that falls
     behind its schedule sends at once (no catch-up burst). The call names ``world`` in its header (a
-    cluster's proxy routes it by that)."""
+    cluster's proxy routes it by that). ``stats``: each timed frame's engine and server seconds (its
+    Delta's stats) are appended to it."""
     call = stub.StreamFrames(metadata=((HEADER, world),))
 
     async def one(request):
@@ -157,6 +161,7 @@ async def _paced_stream(stub, world: str, requests: list, hz: float, seconds: fl
         resp = await call.read()
         if resp is grpc.aio.EOF or resp.WhichOneof("result") != "delta":
             raise RuntimeError(f"frame refused: {resp}")
+        return resp
 
     done = 0
     try:
@@ -172,8 +177,11 @@ async def _paced_stream(stub, world: str, requests: list, hz: float, seconds: fl
             if delay > 0:
                 await asyncio.sleep(delay)
             t0 = time.perf_counter()
-            await one(requests[(WARMUP + i) % len(requests)])
+            resp = await one(requests[(WARMUP + i) % len(requests)])
             rtts.append(time.perf_counter() - t0)
+            if stats is not None:
+                s = resp.delta.stats
+                stats.append((s.engine_seconds, s.server_seconds))
             done += 1
             i += 1
     finally:
@@ -259,12 +267,12 @@ def _phases(start: float, streams: int, hz: float, aligned: bool) -> list[float]
 
 
 async def _many(address: str, frames: dict, hz: float, seconds: float, aligned: bool = False,
-                mark=None) -> tuple[int, list]:
+                mark=None, stats: list | None = None) -> tuple[int, list]:
     async with _aio_channel(address) as channel:
         stub = pb_grpc.SapgridServiceStub(channel)
         rtts: list[float] = []
         start = _Start(len(frames), hz, aligned, mark)
-        done = await asyncio.gather(*(_paced_stream(stub, world, reqs, hz, seconds, start, k, rtts)
+        done = await asyncio.gather(*(_paced_stream(stub, world, reqs, hz, seconds, start, k, rtts, stats)
                                       for k, (world, reqs) in enumerate(frames.items())))
     return sum(done), rtts
 
@@ -414,7 +422,8 @@ def measure(address: str, pids, worlds: int, objects: int, hz: float, seconds: f
     frames = _setup_worlds(address, names, objects, seed)
     try:
         held = _held(cluster.members, prefix) if cluster is not None else [worlds]
-        runs, half = {"frames": _many, "echo": _echo}, seconds / 2
+        half, stats = seconds / 2, []          # stats: the frames' engine and server seconds (their Deltas')
+        runs = {"frames": functools.partial(_many, stats=stats), "echo": _echo}
         got = {kind: [0, [], 0.0, 0.0, 0.0] for kind in runs}       # answered, rtts, server, generator, others
         for kind in HALVES:
             (done, rtts), server, gen, others = _measured(
@@ -435,6 +444,7 @@ def measure(address: str, pids, worlds: int, objects: int, hz: float, seconds: f
                p99_ms=_ms(rtts, 99), server_cpu_ms_per_frame=server_cpu * 1e3 / max(delivered, 1),
                echo_delivered=echoed, echo_p50_ms=_ms(echo_rtts, 50), echo_p99_ms=_ms(echo_rtts, 99),
                echo_cpu_ms_per_frame=echo_cpu * 1e3 / max(echoed, 1),
+               engine_ms_p50=_ms([e for e, _ in stats], 50), server_ms_p50=_ms([v for _, v in stats], 50),
                generator_cpu_ms_per_frame=gen_cpu * 1e3 / max(delivered, 1), others_cores=others,
                echo_others_cores=echo_others, cores=os.cpu_count(),
                replicas=len(cluster.members) if cluster is not None else 1, worlds_per_replica=held)
@@ -530,6 +540,8 @@ def run(args: argparse.Namespace) -> int:
     served = "replicas' and proxy's CPU" if r["replicas"] > 1 else "server CPU"
     print(f"| {served} per frame / per echo message | {r['server_cpu_ms_per_frame']:.3f} / "
           f"{r['echo_cpu_ms_per_frame']:.3f} ms ({cpu_ratio:.2f}x) | <= 1.5x | {ok(cpu_ratio <= TARGETS['cpu_ratio'])} |")
+    print(f"| in the server, a frame's engine / server time p50 (its Delta's stats) | {r['engine_ms_p50']:.3f} / "
+          f"{r['server_ms_p50']:.3f} ms | | |")
     print(f"| load generator CPU per frame | {r['generator_cpu_ms_per_frame']:.3f} ms | | |")
     if "small_p99_alone_ms" in r:
         ratio = r["small_p99_with_heavy_ms"] / r["small_p99_alone_ms"]
