@@ -283,3 +283,39 @@ def test_bench_many_worlds_mode(capsys):
     for key in ("p50_ms", "p99_ms", "server_cpu_ms_per_frame", "echo_cpu_ms_per_frame", "small_p99_alone_ms",
                 "small_p99_with_heavy_ms"):
         assert out[key] > 0, key
+
+
+def test_two_worlds_take_turns_and_leave_out_their_first_frames(monkeypatch):
+    """``two_worlds``: each world's first frames untimed, then a world alone, two at once, two at once, a world
+    alone (``TURNS``), each rate over both turns of its kind: with a step that costs 1 s alone and 1.25 s in
+    each of two threads at once (a clock of each thread's own), 1 frame/s alone, 1.6 at once."""
+    import threading
+    import types
+
+    from sapgrid.tools import bench_frames
+
+    clock, log, lock = threading.local(), [], threading.Lock()
+
+    class World:
+        def __init__(self, name, cost):
+            self.name, self.cost = name, cost
+
+        def step(self, update_ids, update_boxes):
+            clock.t = getattr(clock, "t", 0.0) + self.cost
+            with lock:
+                log.append((self.name, int(update_boxes)))
+
+    costs = iter([("alone", 1.0), ("a", 1.25), ("b", 1.25)])
+    monkeypatch.setattr(bench_frames, "_moving_world",
+                        lambda n, frames, seed: (World(*next(costs)), None, np.arange(frames)))
+    monkeypatch.setattr(bench_frames, "time", types.SimpleNamespace(perf_counter=lambda: getattr(clock, "t", 0.0)))
+    r = bench_frames.two_worlds(n=10, frames=3)
+    assert r["alone_fps"] == pytest.approx(1.0) and r["together_fps"] == pytest.approx(1.6)
+    assert r["scaling"] == pytest.approx(1.6) and r["objects"] == 10
+    frames = {name: [f for w, f in log if w == name] for name in ("alone", "a", "b")}
+    assert frames == {"alone": list(range(8)), "a": list(range(8)), "b": list(range(8))}   # 2 warm + 2 turns of 3
+    warm = bench_frames._WARM_FRAMES
+    turns = [w if w == "alone" else "pair" for w, f in log if f >= warm]
+    runs = [k for i, k in enumerate(turns) if i == 0 or turns[i - 1] != k]
+    assert runs == ["alone", "pair", "alone"] and turns.count("pair") == 12        # alone, pair, pair, alone
+    assert [f for w, f in log if w == "alone" and f >= warm] == [2, 3, 4, 5, 6, 7]
