@@ -34,7 +34,7 @@ from . import auth, quota, tls
 from .config import ServerConfig
 from .heavy import HeavyFrames
 from .metrics import Metrics
-from .registry import MemoryBudget, Registry
+from .registry import Registry
 from . import cluster
 from .servicer import EchoServicer, SapgridServicer, add_to_server
 
