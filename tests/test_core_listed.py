@@ -382,3 +382,54 @@ def test_a_small_world_calls_its_last_callable_until_a_new_state_forgets_it():
                 elif f > 12:       # the new state's own specialization, not the one kept for the old state
                     assert call is not before
     assert types == {np.dtype(np.uint32), np.dtype(np.uint64)}
+
+
+def test_a_one_call_frame_reports_the_stats_of_the_general_phases(monkeypatch):
+    """A small frame of the last list's updates runs whole in one call (``World.step``'s own path): its
+    delta and stats are those the general phases give the same frame (objects, pairs, created, deleted,
+    endpoint swaps, cells touched, overflows; a twin world whose frames all take the general phases), its
+    engine time all in apply_s, with pairs starting and ending or none (boxes moved a hair); a still frame
+    (the last boxes again) reports its objects and pairs and no work."""
+    from sapcore import World, WorldConfig, parallel
+
+    compile_one_call_frames()
+    rng = np.random.default_rng(11)
+    n = 200
+    cfg = WorldConfig(dims=2, bounds=(0.0, 0.0, 40.0, 40.0), cells=(3, 3), threads=1)
+    world, twin = World(cfg), World(cfg)
+    ids = np.arange(n, dtype=np.uint64) * 5 + 2
+    c = rng.uniform(0, 40, (n, 2)).astype(np.float32)
+    boxes = np.concatenate([c - 1, c + 1], 1)
+    for w in (world, twin):
+        w.step(add_ids=ids, add_boxes=boxes)
+    fields = ("objects", "pairs", "created", "deleted", "swaps", "cells_touched", "cell_overflows")
+    one_call = changed = unchanged = still = 0
+    for f in range(40):
+        moving = f % 5 != 4                     # every fifth frame: the last boxes again; every fifth but
+        if moving:                              # two, moves too small to start or end a pair
+            c = np.clip(c + rng.normal(0, 1e-4 if f % 5 == 2 else 0.4, c.shape).astype(np.float32), 0, 40)
+            boxes = np.concatenate([c - 1, c + 1], 1)
+        got = world.step(update_ids=ids, update_boxes=boxes)
+        with monkeypatch.context() as m:
+            m.setattr(parallel, "MIN_OPS", 0)   # no frame is small: the general phases
+            want = twin.step(update_ids=ids, update_boxes=boxes)
+        assert np.array_equal(got.created, want.created) and np.array_equal(got.deleted, want.deleted), f
+        g, w = got.stats, want.stats
+        assert [getattr(g, k) for k in fields] == [getattr(w, k) for k in fields], (f, g, w)
+        assert g.objects == n and g.pairs == len(world.pairs())
+        if f < 2:           # (the list's first frames may take the general phases)
+            continue
+        assert w.validate_s > 0.0, (f, w)
+        if moving and g.rasterize_s == 0.0:     # whole in one call: its seconds all in apply_s
+            assert g.validate_s == g.merge_s == 0.0 and 0.0 < g.apply_s == g.total_s, (f, g)
+            one_call += 1
+            changed += g.created + g.deleted > 0
+            unchanged += g.created + g.deleted == 0 and g.swaps > 0
+        elif moving:        # (the call stopped where Python must make room; the general phases went on)
+            assert g.rasterize_s > 0.0 and g.total_s >= g.apply_s > 0.0, (f, g)
+        else:
+            assert g.swaps == g.cells_touched == g.created == g.deleted == 0, (f, g)
+            assert 0.0 < g.validate_s == g.total_s, (f, g)
+            still += 1
+    assert one_call >= 20 and changed >= 10 and unchanged >= 5 and still == 8, (one_call, changed, unchanged, still)
+    assert world.frames == twin.frames and np.array_equal(world.pairs(), twin.pairs())

@@ -30,7 +30,7 @@ from numba.experimental import structref
 from .._numba import NJIT, NJIT_HELD, NJIT_INLINE, NJIT_SERIAL, njit
 from .arena import frame_room, frame_room_inlined
 from .grid import _ranges_listed, grid_rasterize, grid_ranges_serial, rasterize_inlined
-from .hashing import EVENT_REMOVED, KEY_MASK
+from .hashing import KEY_MASK
 from .merge import (cells_net, cells_net_serial, gather_runs, keys_to_ids, merge_events, pair_set_short, table_short,
                     world_bucket_parts, world_merge, world_merge_small, world_shard)
 from .sap_cell import _apply_cell, cells_apply
@@ -476,7 +476,7 @@ def _frame_listed(upd, upd_boxes, live, frame, st):
     list_ids, list_h, rows, dims = st.list_ids, st.list_h, st.rows, st.dims
     limit, limit_bits = st.limit, st.limit_bits
     bmin, inv, C, boxes, crange, flag = st.bmin, st.inv, st.C, st.boxes, st.crange, st.flag
-    cat, msk, static, obj_id, lastpos = st.cat, st.msk, st.static, st.obj_id, st.lastpos
+    cat, msk, static, obj_id = st.cat, st.msk, st.static, st.obj_id
     cell_n, cell_base, cell_cap = st.cell_n, st.cell_base, st.cell_cap
     bx_h, bx_pos, ep_key = st.bx_h, st.bx_pos, st.ep_key
     scratch, kscratch, ev_key, cell_stamp, cell_tidx = st.scratch, st.kscratch, st.ev_key, st.cell_stamp, st.cell_tidx
