@@ -205,7 +205,6 @@ def snapshot_in_process(n: int, ticks: int, seed: int) -> dict:
         data = snapshot.encode(state)
         t2 = time.perf_counter()
         decoded = snapshot.decode(data)
-        t3 = time.perf_counter()
         copy = reg.restore(f"copy{k}", decoded)
         t4 = time.perf_counter()
         assert copy.digest == runner.digest and copy.pairs == runner.pairs

@@ -248,7 +248,7 @@ class Trace:
         try:
             with np.load(path, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
-        except (EOFError, ValueError, zipfile.BadZipFile, AttributeError) as exc:
+        except (EOFError, ValueError, zipfile.BadZipFile, AttributeError):
             raise ValueError(f"{path}: not a trace (a .npz file of the benchmark kit's format)") from None
         missing = [k for k in ("dims", "ticks", "bounds", "init_ids", "init_boxes", "rem_off", "rem_ids", "upd_off",
                                "upd_ids", "upd_boxes", "add_off", "add_ids", "add_boxes") if k not in arrays]
