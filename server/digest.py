@@ -17,7 +17,6 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
-_EMPTY = np.zeros((0, 2), np.uint64)
 _U64 = np.dtype(np.uint64)
 _INT64_MAX, _WRAP, _MASK = (1 << 63) - 1, 1 << 64, (1 << 64) - 1
 
@@ -53,10 +52,9 @@ NOGIL_PAIRS = 4096
 
 
 def _pairs(p) -> np.ndarray:
-    if type(p) is np.ndarray and p.dtype is _U64 and p.ndim == 2 and p.shape[1] == 2:    # (a Delta's own)
-        return p
-    a = np.asarray(p)
-    if a.dtype != np.uint64 or a.ndim != 2 or a.shape[1:] != (2,):
+    """``p`` as uint64 (K, 2) pairs: a Delta's own arrays as they are (no call of numpy's)."""
+    a = p if type(p) is np.ndarray else np.asarray(p)
+    if a.dtype is not _U64 or a.ndim != 2 or a.shape[1] != 2:
         a = np.asarray(a, np.uint64).reshape(-1, 2)
     return a
 
