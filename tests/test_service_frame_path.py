@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from service_helpers import metric_value
+
 from sapgrid.client.codec import encode_frame
 from sapgrid.server import protocol
 from sapgrid.server.config import ServerConfig
 from sapgrid.server.errors import InvalidInput
 from sapgrid.server.heavy import HeavyFrames
-from sapgrid.server.metrics import LATENCY_BUCKETS, PHASES, Metrics
+from sapgrid.server.metrics import LATENCY_BUCKETS, PHASES, FrameSeries, Metrics
 from sapgrid.server.registry import Caller, Registry
 from sapgrid.v1 import sapgrid_service_pb2 as pb
 
@@ -77,7 +79,8 @@ class _Stats:
 
 
 def test_frame_series_export_what_prometheus_client_types_export():
-    """The collector's exposition equals that of prometheus_client's Counter/Gauge/Histogram fed the same frames."""
+    """The collector's exposition equals that of prometheus_client's Counter/Gauge/Histogram fed the same frames,
+    scraped at any point: frames pending (fewer than a fold's), just folded, or a world deleted with some."""
     metrics = Metrics(process=False)
     ref = CollectorRegistry()
     frames = Counter("sapgrid_frames_total", "Frames by outcome (ok or the gRPC status code name)",
@@ -98,24 +101,6 @@ def test_frame_series_export_what_prometheus_client_types_export():
         metrics.world_created(w, 1)
         for m in (*gauges.values(), *counters.values()):
             m.labels(w)
-    for _ in range(300):
-        w = str(rng.choice(["a", "b", "gone"]))
-        s = _Stats(rng)
-        metrics.frame_applied(w, s, s.queue_s, s.server_s)
-        frames.labels(w, "ok").inc()
-        for k, g in gauges.items():
-            g.labels(w).set(getattr(s, k))
-        for k, c in counters.items():
-            c.labels(w).inc(getattr(s, k))
-        for phase, value in zip(PHASES, (s.queue_s, s.validate_s, s.rasterize_s, s.apply_s, s.merge_s, s.total_s,
-                                         s.server_s)):
-            latency.labels(w, phase).observe(value)
-    for w, outcome in (("a", "invalid_argument"), (None, "not_found"), ("gone", "invalid_argument")):
-        metrics.frame_rejected(w, outcome)
-        frames.labels(w or "_unknown", outcome).inc()
-    metrics.world_deleted("gone", 2)
-    for m in (frames, latency, *gauges.values(), *counters.values()):
-        m.remove_by_labels({"world": "gone"})
 
     def lines(registry, names):
         text = generate_latest(registry).decode()
@@ -126,16 +111,72 @@ def test_frame_series_export_what_prometheus_client_types_export():
              "sapgrid_pairs_deleted_total", "sapgrid_endpoint_swaps_total", "sapgrid_cell_overflows_total",
              "sapgrid_frame_duration_seconds", "sapgrid_frame_duration_seconds_bucket",
              "sapgrid_frame_duration_seconds_count", "sapgrid_frame_duration_seconds_sum"}
-    got, want = lines(metrics.registry, names), lines(ref, names)
-    assert len(want) > 300 and 'world="gone"' not in "".join(got)
-    for g, w in zip(got, want):
-        if g != w and g.startswith("sapgrid_frame_duration_seconds_sum"):     # float sums: same to 1e-9
-            gk, gv = g.rsplit(" ", 1)
-            wk, wv = w.rsplit(" ", 1)
-            assert gk == wk and float(gv) == pytest.approx(float(wv), rel=1e-9)
-        else:
-            assert g == w
-    assert len(got) == len(want)
+
+    def same() -> str:
+        got, want = lines(metrics.registry, names), lines(ref, names)
+        for g, w in zip(got, want):
+            if g != w and g.startswith("sapgrid_frame_duration_seconds_sum"):     # float sums: same to 1e-9
+                gk, gv = g.rsplit(" ", 1)
+                wk, wv = w.rsplit(" ", 1)
+                assert gk == wk and float(gv) == pytest.approx(float(wv), rel=1e-9)
+            else:
+                assert g == w
+        assert len(got) == len(want)
+        return "".join(got)
+
+    fold = FrameSeries.FOLD
+    fed = {"a": 0, "b": 0, "gone": 0}
+    for chunk in (1, fold - 2, 1, 1, 3 * fold + 7, 150, 90):      # scraped between: a fold's edges and either side
+        for _ in range(chunk):
+            w = str(rng.choice(["a", "b", "gone"]))
+            fed[w] += 1
+            s = _Stats(rng)
+            metrics.frame_applied(w, s, s.queue_s, s.server_s)
+            frames.labels(w, "ok").inc()
+            for k, g in gauges.items():
+                g.labels(w).set(getattr(s, k))
+            for k, c in counters.items():
+                c.labels(w).inc(getattr(s, k))
+            for phase, value in zip(PHASES, (s.queue_s, s.validate_s, s.rasterize_s, s.apply_s, s.merge_s,
+                                             s.total_s, s.server_s)):
+                latency.labels(w, phase).observe(value)
+        same()
+    assert min(fed.values()) > 2 * fold
+    for w, outcome in (("a", "invalid_argument"), (None, "not_found"), ("gone", "invalid_argument")):
+        metrics.frame_rejected(w, outcome)
+        frames.labels(w or "_unknown", outcome).inc()
+    for _ in range(5):                                  # the deleted world's last frames still pending
+        s = _Stats(rng)
+        metrics.frame_applied("gone", s, s.queue_s, s.server_s)
+    metrics.world_deleted("gone", 2)
+    for m in (frames, latency, *gauges.values(), *counters.values()):
+        m.remove_by_labels({"world": "gone"})
+    assert 'world="gone"' not in same()
+
+
+def test_occupancy_series_are_computed_from_the_latest_sample_when_scraped():
+    """sapgrid_occupied_cells and sapgrid_cell_objects_max / _mean / _p99: the occupied cells of each world's
+    latest sample, by numpy, as gauges; a world whose cells are all empty reads 0; a deleted world has none."""
+    metrics = Metrics(process=False)
+    names = ("sapgrid_occupied_cells", "sapgrid_cell_objects_max", "sapgrid_cell_objects_mean",
+             "sapgrid_cell_objects_p99")
+
+    def read(world):
+        text = generate_latest(metrics.registry).decode()
+        assert all(f"# TYPE {n} gauge" in text for n in names)
+        return [metric_value(text, n, world=world) for n in names]
+
+    rng = np.random.default_rng(3)
+    for k in range(5):
+        per_cell = rng.integers(0, 40, 64) * (rng.random(64) < 0.5)
+        metrics.set_occupancy("w", per_cell)
+        metrics.set_occupancy("empty", np.zeros(16, np.int64))
+        occupied = per_cell[per_cell > 0]
+        assert read("w") == pytest.approx([len(occupied), occupied.max(), occupied.mean(),
+                                           np.percentile(occupied, 99)], rel=1e-12)
+        assert read("empty") == [0.0, 0.0, 0.0, 0.0]
+    metrics.world_deleted("w", 1)
+    assert read("w") == [None] * 4 and read("empty") == [0.0] * 4
 
 
 def test_heavy_frames_run_on_a_lower_priority_thread():
