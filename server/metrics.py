@@ -162,6 +162,18 @@ class _WorldFrames:
         self.sums = [0.0] * len(PHASES)
         self.pending: list = []         # frames not yet counted (``FrameSeries.applied``), FrameSeries.FOLD at most
 
+    def applied(self, s, queue_s: float, server_s: float) -> None:
+        """A frame applied (s: its sapcore.FrameStats): its numbers kept pending (a tuple of numbers, which
+        the garbage collector leaves alone after its first pass), counted with ``FrameSeries.FOLD`` frames
+        of the world at once, or when scraped."""
+        frame = (s.objects, s.pairs, s.created, s.deleted, s.swaps, s.cell_overflows,      # (``fold``)
+                 queue_s, s.validate_s, s.rasterize_s, s.apply_s, s.merge_s, s.total_s, server_s)
+        with self.lock:
+            pending = self.pending
+            pending.append(frame)
+            if len(pending) >= FrameSeries.FOLD:
+                self.fold()
+
     def fold(self) -> None:
         """Count the pending frames (under ``lock``): one tight loop for many frames, where each frame's own
         count ran among a busy server's other work at a few times the cost."""
@@ -227,16 +239,9 @@ class FrameSeries:
                 del self._rejected[key]
 
     def applied(self, world: str, s, queue_s: float, server_s: float) -> None:
-        """A frame applied: its numbers kept pending (a tuple of numbers, which the garbage collector leaves
-        alone after its first pass), counted with ``FOLD`` frames of its world at once, or when scraped."""
-        w = self._worlds.get(world) or self.world(world)
-        frame = (s.objects, s.pairs, s.created, s.deleted, s.swaps, s.cell_overflows,      # (``_WorldFrames.fold``)
-                 queue_s, s.validate_s, s.rasterize_s, s.apply_s, s.merge_s, s.total_s, server_s)
-        with w.lock:
-            pending = w.pending
-            pending.append(frame)
-            if len(pending) >= self.FOLD:
-                w.fold()
+        """A frame of ``world`` applied (``_WorldFrames.applied``; a world's runner keeps its record and
+        calls that itself)."""
+        (self._worlds.get(world) or self.world(world)).applied(s, queue_s, server_s)
 
     def rejected(self, world: str, outcome: str) -> None:
         with self._lock:

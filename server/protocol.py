@@ -300,13 +300,27 @@ def pairs_after(pairs: np.ndarray, token: str) -> int:
 # ---- engine results -> bytes / messages ---------------------------------------------------------
 
 def fill_stats(m: world_pb2.FrameStats, s, queue_s: float = 0.0, server_s: float = 0.0) -> world_pb2.FrameStats:
-    """sapcore.FrameStats (+ the service's seconds) into the FrameStats message ``m``, field by field: a
-    Delta's own ``stats`` is filled in place (a message built from keywords, then copied into the Delta,
-    costs ~0.6 us more of every frame). Returns ``m``. (protobuf takes Python's and numpy's integers alike.)"""
-    m.objects, m.pairs, m.created, m.deleted, m.swaps = s.objects, s.pairs, s.created, s.deleted, s.swaps
-    m.cells_touched, m.cell_overflows = s.cells_touched, s.cell_overflows
-    m.validate_seconds, m.rasterize_seconds, m.apply_seconds = s.validate_s, s.rasterize_s, s.apply_s
-    m.merge_seconds, m.engine_seconds, m.queue_seconds, m.server_seconds = s.merge_s, s.total_s, queue_s, server_s
+    """sapcore.FrameStats (+ the service's seconds) into the FrameStats message ``m``, a fresh one, field by
+    field: a Delta's own ``stats`` is filled in place (a message built from keywords, then copied into the
+    Delta, costs ~0.6 us more of every frame). The fields most frames leave at zero are set only when they
+    are not (proto3 serializes a zero as nothing: the same bytes; 0.7 -> 0.4 us). Returns ``m``. (protobuf
+    takes Python's and numpy's integers alike.)"""
+    m.objects, m.pairs, m.swaps, m.cells_touched = s.objects, s.pairs, s.swaps, s.cells_touched
+    if s.created:
+        m.created = s.created
+    if s.deleted:
+        m.deleted = s.deleted
+    if s.cell_overflows:
+        m.cell_overflows = s.cell_overflows
+    if s.validate_s:                # (a small frame's one call: all of it in apply_s)
+        m.validate_seconds = s.validate_s
+    if s.rasterize_s:
+        m.rasterize_seconds = s.rasterize_s
+    if s.merge_s:
+        m.merge_seconds = s.merge_s
+    if queue_s:
+        m.queue_seconds = queue_s
+    m.apply_seconds, m.engine_seconds, m.server_seconds = s.apply_s, s.total_s, server_s
     return m
 
 
@@ -360,8 +374,8 @@ def world_info(runner) -> world_pb2.WorldInfo:
     last = runner.last
     if last is not None:
         fill_stats(stats.last_frame, last.delta.stats, last.queue_s, last.server_s)
-    return world_pb2.WorldInfo(name=runner.name, config=config_message(runner.config, expected_objects=runner.expected_objects),
-                               stats=stats, generation=runner.generation)
+    config = config_message(runner.config, expected_objects=runner.expected_objects)
+    return world_pb2.WorldInfo(name=runner.name, config=config, stats=stats, generation=runner.generation)
 
 
 def query_response(ids: np.ndarray, boxes: np.ndarray | None, frame: int) -> pb.QueryRegionResponse:

@@ -249,6 +249,7 @@ class WorldRunner:
         self._idle_waiters = 0                   # threads in ``_wait_idle``: ``_next`` notifies only them
         self._subscribers: set[Subscriber] = set()
         self._last_occupancy = -1e9
+        self._series = None                      # its metrics.FrameSeries record (``published``)
 
     @property
     def dims(self) -> int:
@@ -282,10 +283,9 @@ class WorldRunner:
             self._next()
 
     def _take_turn(self, caller: Caller) -> float:
-        """The world for one job (waiting in line if it is busy): the seconds waited. The caller hands it on
-        with ``_next`` when the job is done (``turn``; a frame's ``apply`` calls both itself: a context
-        manager's generator costs a few microseconds of every frame)."""
-        t0 = time.perf_counter()
+        """The world for one job (waiting in line if it is busy): the seconds waited (0.0 when it was free).
+        The caller hands it on with ``_next`` when the job is done (``turn``; a frame's ``apply`` calls both
+        itself: a context manager's generator costs a few microseconds of every frame)."""
         with self._mutex:
             if self.closed:
                 raise self._refusal()
@@ -299,15 +299,20 @@ class WorldRunner:
                 self._line.append(turn)
                 caller.runner, caller.turn = self, turn
                 self._queue_depth()
-        if turn is not None:
-            if caller.gone:                      # went away while we queued it
-                self._cancel(turn)
-            turn.event.wait()
-            caller.runner = caller.turn = None
-            if turn.state == REFUSED:
-                raise turn.error
-            if turn.state == CANCELLED:
+        if turn is None:                      # the world was free: no wait (the call's termination callback
+            if caller.gone:                   # sets ``gone``; no question to gRPC's call state here)
+                self._next()
                 raise Cancelled("the caller went away before the job started")
+            return 0.0
+        t0 = time.perf_counter()
+        if caller.gone:                       # went away while we queued it
+            self._cancel(turn)
+        turn.event.wait()
+        caller.runner = caller.turn = None
+        if turn.state == REFUSED:
+            raise turn.error
+        if turn.state == CANCELLED:
+            raise Cancelled("the caller went away before the job started")
         if not caller.active():               # gone between the hand-over and now: never applied
             self._next()
             raise Cancelled("the caller went away before the job started")
@@ -468,10 +473,17 @@ class WorldRunner:
         if applied.duplicate:
             return
         tracing.frame(applied)
-        with self._mutex:
-            if not self.deleted:
-                self.metrics.frame_applied(self.name, applied.delta.stats, applied.queue_s, applied.server_s)
-                if applied.occupancy is not None:
+        series = self._series
+        if series is None:                # the world's record of frames, taken once (never after its deletion)
+            with self._mutex:
+                if self.deleted:
+                    return
+                series = self._series = self.metrics.frame_series.world(self.name)
+        # a frame published after the world's deletion counts in a record no longer exported: no lock needed
+        series.applied(applied.delta.stats, applied.queue_s, applied.server_s)
+        if applied.occupancy is not None:
+            with self._mutex:
+                if not self.deleted:
                     self.metrics.set_occupancy(self.name, applied.occupancy)
 
     def count_refusal(self, exc: BaseException) -> None:

@@ -407,6 +407,27 @@ def test_heavy_frame_flags_are_checked():
         HeavyFrames(1, 10, policy="fifo")
 
 
+def test_fill_stats_gives_every_field_of_the_frame_zero_or_not():
+    """fill_stats sets the fields that are zero only when they are not: the message (and its bytes) is the
+    one built from every field, whichever of them are zero."""
+    from sapcore.types import FrameStats
+
+    from sapgrid.v1 import world_pb2
+
+    rng = np.random.default_rng(2)
+    for _ in range(300):
+        counts = [int(x) * (rng.random() < 0.5) for x in rng.integers(1, 2**40, 7)]
+        seconds = [float(x) * (rng.random() < 0.5) for x in rng.exponential(1e-3, 7)]
+        s = FrameStats(*counts, *seconds[:5])
+        want = world_pb2.FrameStats(
+            objects=s.objects, pairs=s.pairs, created=s.created, deleted=s.deleted, swaps=s.swaps,
+            cells_touched=s.cells_touched, cell_overflows=s.cell_overflows, validate_seconds=s.validate_s,
+            rasterize_seconds=s.rasterize_s, apply_seconds=s.apply_s, merge_seconds=s.merge_s,
+            engine_seconds=s.total_s, queue_seconds=seconds[5], server_seconds=seconds[6])
+        got = protocol.fill_stats(world_pb2.FrameStats(), s, seconds[5], seconds[6])
+        assert got == want and got.SerializeToString() == want.SerializeToString()
+
+
 @pytest.mark.parametrize("created,deleted", [(0, 0), (5, 0), (0, 3), (2047, 2048), (2048, 2048), (5000, 0),
                                              (0, 5000), (9000, 7000)])
 def test_delta_bytes_are_what_protobuf_serializes(created, deleted):

@@ -232,6 +232,11 @@ def test_a_world_runs_one_job_at_a_time_in_arrival_order():
     assert order == [0, 1, 3]
     assert sorted(errors_seen) == [(2, "Cancelled"), (4, "Exhausted")]
     assert not runner.pending and job(5) == 5              # the world is free again
+    gone_before = Caller()
+    gone_before.cancel()                                 # gone before its job asks for the free world
+    with pytest.raises(errors.Cancelled):
+        runner.run(lambda: order.append(6), gone_before)
+    assert order == [0, 1, 3, 5] and job(7) == 7          # never run; the world is free again
 
 
 def _holding(runner, timeout: float = 30):
