@@ -300,23 +300,22 @@ class WorldRunner:
                 caller.runner, caller.turn = self, turn
                 self._queue_depth()
         if turn is None:                      # the world was free: no wait (the call's termination callback
-            if caller.gone:                   # sets ``gone``; no question to gRPC's call state here)
-                self._next()
+            if not caller.gone:               # sets ``gone``; no question to gRPC's call state here)
+                return 0.0
+        else:
+            t0 = time.perf_counter()
+            if caller.gone:                   # went away while we queued it
+                self._cancel(turn)
+            turn.event.wait()
+            caller.runner = caller.turn = None
+            if turn.state == REFUSED:
+                raise turn.error
+            if turn.state == CANCELLED:
                 raise Cancelled("the caller went away before the job started")
-            return 0.0
-        t0 = time.perf_counter()
-        if caller.gone:                       # went away while we queued it
-            self._cancel(turn)
-        turn.event.wait()
-        caller.runner = caller.turn = None
-        if turn.state == REFUSED:
-            raise turn.error
-        if turn.state == CANCELLED:
-            raise Cancelled("the caller went away before the job started")
-        if not caller.active():               # gone between the hand-over and now: never applied
-            self._next()
-            raise Cancelled("the caller went away before the job started")
-        return time.perf_counter() - t0
+            if caller.active():
+                return time.perf_counter() - t0
+        self._next()                          # gone before the job started (or since its hand-over): never run
+        raise Cancelled("the caller went away before the job started")
 
     def _next(self) -> None:
         """The running job is done: hand the world to the oldest waiting job, or go idle."""
