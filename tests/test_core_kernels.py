@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import sapcore
 from sapcore.kernels import idmap as kid
 from sapcore.kernels import merge as kmerge
 from sapcore.kernels import pair_set as kps
@@ -277,3 +278,63 @@ def test_objects_admit_answers_own_filters_and_release_undoes_it(own):
     kid.idmap_find_many(keys, vals, ids, out)
     assert list(out) == [9, -1, -1, -1, 4, 11]
     assert alive.sum() == n - 3 and not alive[h[1:4]].any()
+
+
+def test_a_borrowed_field_is_the_records_array_without_a_reference_of_its_own():
+    """``borrowed(st, "name")`` reads a ``ListedState``'s field as the record holds it: the same memory
+    (a write through it lands in the world's array), numbers as they are, and no owner: returned to Python
+    (which a kernel never does with it), the array owns nothing and has no base, where the attribute read
+    is a reference of its own to the world's array (numba hands back that array itself). An unknown field
+    or a name that is not a literal does not compile."""
+    import numba
+    from numba import njit
+
+    from sapcore.kernels.borrow import borrowed
+    from sapcore.world_pairs import SHARDS
+
+    world = sapcore.World(sapcore.WorldConfig(dims=2, bounds=(0, 0, 100, 100), cells=(2, 2), threads=1))
+    ids = np.arange(5, dtype=np.uint64)
+    boxes = np.array([[i, i, i + 1, i + 1] for i in range(5)], np.float32)
+    world.step(add_ids=ids, add_boxes=boxes)
+    world.step(update_ids=ids, update_boxes=boxes + 1)
+    world.step(update_ids=ids, update_boxes=boxes + 2)     # a small frame of the list: its record is kept
+    st = world._listed
+    assert st is not None
+
+    @njit
+    def borrowed_boxes(st):
+        return borrowed(st, "boxes")
+
+    @njit
+    def counted_boxes(st):
+        return st.boxes
+
+    @njit
+    def write_and_read(st, h, v):
+        b = borrowed(st, "boxes")
+        b[h, 0] = v
+        return borrowed(st, "dims"), borrowed(st, "shards"), borrowed(st, "list_ids").sum()
+
+    got, counted = borrowed_boxes(st), counted_boxes(st)
+    assert np.shares_memory(got, world.objects.box) and np.array_equal(got, world.objects.box)
+    if not numba.config.DISABLE_JIT:
+        assert got is not world.objects.box and got.base is None and not got.flags.owndata
+        assert counted is world.objects.box
+    h = int(world.update_list.handles[0])
+    dims, shards, total = write_and_read(st, h, np.float32(1.5))
+    assert world.objects.box[h, 0] == np.float32(1.5)
+    assert (dims, shards, total) == (2, SHARDS, int(ids.sum()))
+
+    if not numba.config.DISABLE_JIT:
+        @njit
+        def unknown(st):
+            return borrowed(st, "no_such_field")
+
+        @njit
+        def not_literal(st, name):
+            return borrowed(st, name)
+
+        with pytest.raises(numba.core.errors.TypingError):
+            unknown(st)
+        with pytest.raises(numba.core.errors.TypingError):
+            not_literal(st, "boxes")

@@ -29,6 +29,7 @@ from numba.experimental import structref
 
 from .._numba import NJIT, NJIT_HELD, NJIT_INLINE, NJIT_SERIAL, njit
 from .arena import frame_room, frame_room_inlined
+from .borrow import borrowed
 from .grid import _ranges_listed, grid_rasterize, grid_ranges_serial, rasterize_inlined
 from .hashing import KEY_MASK
 from .merge import (cells_net, cells_net_serial, gather_runs, keys_to_ids, merge_events, pair_set_short, table_short,
@@ -473,17 +474,44 @@ def _frame_listed(upd, upd_boxes, live, frame, st):
     ``_net_merge_serial``, ``grid.rasterize_inlined`` and ``arena.frame_room_inlined`` inlined without
     reference-count updates of their array arguments, see ``_cells_serial``). Its arrays are never None
     (that pipeline cannot join an array and None): empty views where ``frame_listed`` returns None."""
-    list_ids, list_h, rows, dims = st.list_ids, st.list_h, st.rows, st.dims
-    limit, limit_bits = st.limit, st.limit_bits
-    bmin, inv, C, boxes, crange, flag = st.bmin, st.inv, st.C, st.boxes, st.crange, st.flag
-    cat, msk, static, obj_id = st.cat, st.msk, st.static, st.obj_id
-    cell_n, cell_base, cell_cap = st.cell_n, st.cell_base, st.cell_cap
-    bx_h, bx_pos, ep_key = st.bx_h, st.bx_pos, st.ep_key
-    scratch, kscratch, ev_key, cell_stamp, cell_tidx = st.scratch, st.kscratch, st.ev_key, st.cell_stamp, st.cell_tidx
-    cell_pm_base, cell_pm_cap, cell_pm_n = st.cell_pm_base, st.cell_pm_cap, st.cell_pm_n
-    pm_slots, pm_keys, pm_flag = st.pm_slots, st.pm_keys, st.pm_flag
-    shards, g_slots, g_keys, g_cnt, g_cap, g_n = st.shards, st.g_slots, st.g_keys, st.g_cnt, st.g_cap, st.g_n
+    # the arrays without references of their own (``borrow``): the record holds them through the call, which
+    # returns none of them nor a view of them
+    dims, limit, limit_bits, shards, g_cap = st.dims, st.limit, st.limit_bits, st.shards, st.g_cap
     serial_work = st.serial_work
+    list_ids = borrowed(st, "list_ids")
+    list_h = borrowed(st, "list_h")
+    rows = borrowed(st, "rows")
+    bmin = borrowed(st, "bmin")
+    inv = borrowed(st, "inv")
+    C = borrowed(st, "C")
+    boxes = borrowed(st, "boxes")
+    crange = borrowed(st, "crange")
+    flag = borrowed(st, "flag")
+    cat = borrowed(st, "cat")
+    msk = borrowed(st, "msk")
+    static = borrowed(st, "static")
+    obj_id = borrowed(st, "obj_id")
+    cell_n = borrowed(st, "cell_n")
+    cell_base = borrowed(st, "cell_base")
+    cell_cap = borrowed(st, "cell_cap")
+    bx_h = borrowed(st, "bx_h")
+    bx_pos = borrowed(st, "bx_pos")
+    ep_key = borrowed(st, "ep_key")
+    scratch = borrowed(st, "scratch")
+    kscratch = borrowed(st, "kscratch")
+    ev_key = borrowed(st, "ev_key")
+    cell_stamp = borrowed(st, "cell_stamp")
+    cell_tidx = borrowed(st, "cell_tidx")
+    cell_pm_base = borrowed(st, "cell_pm_base")
+    cell_pm_cap = borrowed(st, "cell_pm_cap")
+    cell_pm_n = borrowed(st, "cell_pm_n")
+    pm_slots = borrowed(st, "pm_slots")
+    pm_keys = borrowed(st, "pm_keys")
+    pm_flag = borrowed(st, "pm_flag")
+    g_slots = borrowed(st, "g_slots")
+    g_keys = borrowed(st, "g_keys")
+    g_cnt = borrowed(st, "g_cnt")
+    g_n = borrowed(st, "g_n")
     noi = list_h[:0]        # (a view: no allocation)
     no_pairs = kscratch[:0, :2]     # (the same)
     nu = upd.shape[0]
