@@ -2,9 +2,10 @@
 (``kernels.frame.ListedState``) once per call.
 
 numba reads a structref's array field as a new reference: one atomic increment when read and one atomic
-decrement when the variable dies, through two calls into its runtime. ``frame_listed`` reads 37 fields a
-frame; those 74 updates and the others around them were ~20% of a 100-object frame's call (3.4 us, by
-``perf``), and numba's reference-count pruning cannot pair them across the call's many exits.
+decrement when the variable dies, through two calls into its runtime. ``frame_listed`` reads 34 array
+fields a frame; its 65 increments and 85 decrements (a debugger's count) were ~20% of a 100-object
+frame's call (3.3 us, by ``perf``): numba's reference-count pruning cannot pair them across the call's
+many exits. Read borrowed: 26 and 48 (a null one costs a test and a return), the call 2.8 us.
 
 ``borrowed(st, "name")`` returns the field as the record holds it, its meminfo (the reference count's
 owner) and parent left out: an array numba counts no references of (as it treats a global array); every

@@ -414,7 +414,8 @@ class ListedState(structref.StructRefProxy):
     """``LISTED_FIELDS`` in one record passed to ``frame_listed`` as one argument: a small frame's call
     unboxed 40 arrays and constants every frame, ~3 us of a 15 us step (one record: ~0.5 us). It only
     holds references to the world's arrays (their owners still own them, grow and replace them);
-    ``World`` makes a new one (``listed_state``) when any of them is replaced."""
+    ``World`` makes a new one (``listed_state``) when any of them is replaced. ``frame_listed`` reads its
+    arrays without references of their own (``borrow.borrowed``)."""
 
 
 structref.define_proxy(ListedState, ListedStateType, list(LISTED_FIELDS))
