@@ -250,10 +250,7 @@ class WorldRunner:
         self._subscribers: set[Subscriber] = set()
         self._last_occupancy = -1e9
         self._series = None                      # its metrics.FrameSeries record (``published``)
-
-    @property
-    def dims(self) -> int:
-        return self.config.dims
+        self.dims = self.config.dims             # (its config never changes; read by every frame)
 
     @property
     def pending(self) -> list[Turn]:
@@ -328,7 +325,8 @@ class WorldRunner:
                 self._busy = False
                 if self._idle_waiters:           # (a notification of nobody costs ~0.15 us of a frame)
                     self._idle.notify_all()
-            self._queue_depth()
+            if len(self._line) != self._depth_shown:     # (``_queue_depth``'s test, without its call)
+                self._queue_depth()
 
     def _cancel(self, turn: Turn) -> None:
         with self._mutex:
@@ -414,7 +412,8 @@ class WorldRunner:
         if self.validate:
             self.world.validate()
         self.frames += 1
-        self.digest = digest_step(self.digest, delta.created, delta.deleted)
+        if len(delta.created) or len(delta.deleted):     # (most frames of a moving world: the digest stays)
+            self.digest = digest_step(self.digest, delta.created, delta.deleted)
         stats = delta.stats
         self.objects, self.pairs = stats.objects, stats.pairs
         occupancy = None

@@ -477,3 +477,33 @@ def test_the_bench_heavy_neighbour_streams_from_its_own_process(make_server):
     assert 0 < r["small_p99_alone_ms"] and 0 < r["small_p99_with_heavy_ms"], r
     assert r["heavy_frames_per_s"] > 0 and r["heavy_objects"] == 2000, r
     assert server.app.registry.heavy.native_ids      # the heavy world's frames ran on its thread
+
+
+def _delta_of_size(seq: int, size: int):
+    """A Delta (and its bytes) of exactly ``size`` bytes, its world name the padding (none for 0)."""
+    from sapgrid.v1 import frame_pb2
+
+    if not size:
+        return frame_pb2.Delta(), b""
+    for k in range(1, size + 1):
+        delta = frame_pb2.Delta(seq=seq, world="w" * k, frame=7)
+        raw = delta.SerializeToString()
+        if len(raw) == size:
+            return delta, raw
+    raise AssertionError(f"no Delta of {size} bytes")
+
+
+@pytest.mark.parametrize("seq", [0, 1, 127, 128, 16383, 16384, (1 << 40) + 3])
+@pytest.mark.parametrize("size", [0, 20, 127, 128, 16383, 16384, 20000])
+def test_stream_response_is_protobufs_message_of_the_seq_and_the_delta(seq, size):
+    """A frame's answer on a stream, framed by hand around the Delta's bytes: the same bytes as protobuf's
+    StreamFramesResponse of that seq (omitted when 0) and Delta, for one- and several-byte varints of the
+    seq and of the Delta's length."""
+    from types import SimpleNamespace
+
+    delta, raw = _delta_of_size(seq, size)
+    got = protocol.stream_response(seq, SimpleNamespace(encoded=raw))
+    assert got == pb.StreamFramesResponse(seq=seq, delta=delta).SerializeToString()
+    assert got == protocol.wrap(2, raw, protocol.varint_field(1, seq))
+    back = pb.StreamFramesResponse.FromString(got)
+    assert back.seq == seq and back.delta == delta
