@@ -290,11 +290,12 @@ class World:
         ul, objects, sap, ps, wp = self.update_list, self.objects, self.sap, self.pair_sets, self.world_pairs
         self._listed_key = (ul.rows, ul.ids, objects.box, sap.arrays, ps.arrays, wp.slots, self._scratch,
                             self._scratch_ev, objects.filtered)
+        rows = NO_ROWS if ul.rows is None else ul.rows      # (a list without rows: ``_serial_frame``'s record)
         self._listed_calls = {}
         self._listed_last = _NO_LISTED_CALL
         make = kframe.listed_state_py if numba.config.DISABLE_JIT else kframe.listed_state
         self._listed = make(
-            ul.ids, ul.handles, ul.rows, self.dims, self._coord_limit32,
+            ul.ids, ul.handles, rows, self.dims, self._coord_limit32,
             self._coord_limit_bits, self._bmin, self._inv, self._C,
             objects.box, objects.crange, objects.flag, *objects.pair_filters(), objects.id,
             objects.lastpos, sap.n, sap.base, sap.cap, *sap.arrays, self._scratch, self._kscratch, ps.base, ps.cap,
@@ -482,14 +483,16 @@ class World:
         netting, merge and the delta's id pairs), all of it in ``apply_s``; where the call stops (a cell,
         the event buffer or the workspace without room, work for the parallel phases, an overflowed event
         slice, a pair set or the pair table without room) the general phases go on from its arrays."""
-        objects, sap, ps, wp = self.objects, self.sap, self.pair_sets, self.world_pairs
+        objects, wp = self.objects, self.world_pairs
+        k = self._listed_key            # the world's arrays in its record (its update list is not read here)
+        if not (k[2] is objects.box and k[3] is self.sap.arrays and k[4] is self.pair_sets.arrays
+                and k[5] is wp.slots and k[6] is self._scratch and k[7] is self._scratch_ev
+                and k[8] is objects.filtered):
+            self._listed_state()
         (status, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created,
          deleted) = kframe.frame_cells_pairs(
-            self.dims, self._bmin, self._inv, self._C, objects.box, objects.crange, objects.flag, f.upd_h,
-            f.upd_boxes, f.add_h, f.add_boxes, f.same, f.list_rows, f.row_mode, objects.lastpos, sap.n, f.rem_h,
-            f.moving, f.live, self._cell_stamp, self._cell_tidx, self.frames, sap.cap, ps.n, *objects.pair_filters(),
-            sap.base, *sap.arrays, self._scratch, self._kscratch, ps.base, ps.cap, *ps.arrays, self._scratch_ev,
-            SHARDS, wp.slots, wp.keys, wp.cnt, wp.cap, wp.n, objects.id, self._serial_cell_work)
+            f.upd_h, f.upd_boxes, f.add_h, f.add_boxes, f.same, f.list_rows, f.row_mode, f.rem_h, f.moving, f.live,
+            self.frames, self._serial_cell_work, self._listed)
         f.t2 = time.perf_counter()
         if status == kframe.PAIRS_DONE:
             if pairs >= 0:

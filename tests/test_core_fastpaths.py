@@ -573,3 +573,53 @@ def test_a_one_call_frame_names_a_bad_box_as_the_general_check_does(dims, monkey
     d = t.step(update_ids=ids, update_boxes=boxes.copy())   # every box as stored: a still frame
     assert d.stats.cells_touched == 0
     assert statuses.count(kframe.PAIRS_DONE) >= 8 and statuses[-1] == kframe.LISTED_STILL
+
+
+def test_a_frame_that_removes_and_adds_reads_the_worlds_arrays_of_now(monkeypatch):
+    """``frame_cells_pairs`` reads the world's arrays from its ``ListedState`` record: frames that each
+    remove one object and add more and more (never a frame of updates only, whose path would remake the
+    record itself) make the objects' arrays, a cell's SAP, its pair set and the world's pair table grow
+    again and again; each time ``_serial_frame`` makes a new record, and every frame matches the oracle
+    (a record left with the old arrays would give other pairs, or write into freed memory)."""
+    from numba import njit
+
+    from sapcore import world as world_mod
+
+    made = []
+    real = world_mod.World._listed_state
+
+    def counted(self):
+        made.append(self.objects.box.shape[0])
+        return real(self)
+
+    compile_one_call_frames()
+    monkeypatch.setattr(world_mod.World, "_listed_state", counted)
+    rng = np.random.default_rng(3)
+    t = Twin(WorldConfig(dims=2, bounds=(0.0, 0.0, 40.0, 40.0), cells=(2, 2), threads=1), queries_per_frame=1)
+    ids = list(range(8))
+    boxes = {i: b for i, b in zip(ids, _boxes(rng, 8, side=40.0))}
+    t.step(add_ids=np.array(ids, np.uint64), add_boxes=np.stack([boxes[i] for i in ids]))
+    fresh = 100
+    for k in range(1, 40):
+        gone = ids.pop(0)
+        del boxes[gone]
+        for i in ids:
+            boxes[i] = _move(rng, boxes[i][None], step=0.05)[0]
+        new = list(range(fresh, fresh + k))
+        fresh += k
+        c = rng.uniform(2, 8, (k, 2)).astype(np.float32)          # in one cell, many overlapping
+        added = np.concatenate([c, c + np.float32(2.0)], 1)
+        t.step(remove_ids=np.array([gone], np.uint64), update_ids=np.array(ids, np.uint64),
+               update_boxes=np.stack([boxes[i] for i in ids]), add_ids=np.array(new, np.uint64), add_boxes=added)
+        ids += new
+        boxes.update(zip(new, added))
+    t.check_state()
+    w = t.world
+    assert len(ids) > 500 and len(set(made)) >= 3, made      # the objects' arrays grew, records were remade
+
+    @njit
+    def held(st):                   # (the record's fields as numba hands them back: the arrays themselves)
+        return st.boxes, st.ep_key, st.pm_keys, st.g_slots
+
+    assert all(a is b for a, b in zip(held(w._listed), (w.objects.box, w.sap.arrays[2], w.pair_sets.arrays[1],
+                                                       w.world_pairs.slots)))
