@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 import time
 
 import numba
@@ -212,7 +213,7 @@ class World:
                 bflags = boxes.flags.num
             if nu == ul.ids.shape[0] and nu < parallel.MIN_OPS:
                 objects, wp = self.objects, self.world_pairs
-                k = self._listed_key
+                k = self._listed_key              # (``_world_arrays_key`` written out past k[1])
                 if not (k[0] is ul.rows and k[1] is ul.ids and k[2] is objects.box and k[3] is self.sap.arrays
                         and k[4] is self.pair_sets.arrays and k[5] is wp.slots and k[6] is self._scratch
                         and k[7] is self._scratch_ev and k[8] is objects.filtered):
@@ -281,6 +282,15 @@ class World:
         return Delta(created.view() if created is _EMPTY_PAIRS else created,
                      deleted.view() if deleted is _EMPTY_PAIRS else deleted, f.stats)
 
+    def _world_arrays_key(self) -> tuple:
+        """``_listed_key`` past its update list (``[2:]``): the arrays of the record whose replacement (the
+        object arrays, an arena, the pair table or a workspace grew) replaces any of the world's arrays it
+        holds, and whether the objects have filters (``ObjectStore.pair_filters``: the filter arrays or
+        empty ones). ``step``'s small frames compare them written out."""
+        objects = self.objects
+        return (objects.box, self.sap.arrays, self.pair_sets.arrays, self.world_pairs.slots, self._scratch,
+                self._scratch_ev, objects.filtered)
+
     def _listed_state(self) -> None:
         """The arrays and constants ``frame_listed`` reads besides the frame's, kept between frames in one
         ``kframe.ListedState`` (``_listed``), with ``_listed_key``: the arrays whose replacement (the update
@@ -288,8 +298,7 @@ class World:
         and whether the objects have filters (``ObjectStore.pair_filters``: the filter arrays or empty ones);
         ``step`` compares them by identity every frame and calls this on a difference."""
         ul, objects, sap, ps, wp = self.update_list, self.objects, self.sap, self.pair_sets, self.world_pairs
-        self._listed_key = (ul.rows, ul.ids, objects.box, sap.arrays, ps.arrays, wp.slots, self._scratch,
-                            self._scratch_ev, objects.filtered)
+        self._listed_key = (ul.rows, ul.ids, *self._world_arrays_key())
         rows = NO_ROWS if ul.rows is None else ul.rows      # (a list without rows: ``_serial_frame``'s record)
         self._listed_calls = {}
         self._listed_last = _NO_LISTED_CALL
@@ -483,12 +492,10 @@ class World:
         netting, merge and the delta's id pairs), all of it in ``apply_s``; where the call stops (a cell,
         the event buffer or the workspace without room, work for the parallel phases, an overflowed event
         slice, a pair set or the pair table without room) the general phases go on from its arrays."""
-        objects, wp = self.objects, self.world_pairs
-        k = self._listed_key            # the world's arrays in its record (its update list is not read here)
-        if not (k[2] is objects.box and k[3] is self.sap.arrays and k[4] is self.pair_sets.arrays
-                and k[5] is wp.slots and k[6] is self._scratch and k[7] is self._scratch_ev
-                and k[8] is objects.filtered):
+        # the world's arrays in its record (its update list is not read here)
+        if not all(map(operator.is_, self._listed_key[2:], self._world_arrays_key())):
             self._listed_state()
+        wp = self.world_pairs
         (status, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created,
          deleted) = kframe.frame_cells_pairs(
             f.upd_h, f.upd_boxes, f.add_h, f.add_boxes, f.same, f.list_rows, f.row_mode, f.rem_h, f.moving, f.live,

@@ -277,7 +277,7 @@ def frame_cells_pairs(upd_h, upd_boxes, add_h, add_boxes, same, rows, row_mode, 
     (``borrow``: the record holds them through the call, which returns fresh arrays only); its update list
     (``list_ids``, ``list_h``, ``rows``) is not read, so a record made before this frame's new list serves.
     One record for the 34 arrays the call took one by one: a 100-object frame that removes one object and
-    adds one 24.2-24.5 -> 22.2-22.7 us (numba unboxed each array of the 47 arguments: 2.4 us for an empty
+    adds one 24.2-24.5 -> 22.2-23.0 us (numba unboxed each array of the 47 arguments: 2.4 us for an empty
     kernel of the same arguments).
 
     Returns ``(status, events, swaps, pairs, nt, max_cap, work, ibuf, lbuf, created, deleted)``: LISTED_ROOM
