@@ -1,19 +1,22 @@
 """Admission of calls: long calls take one of a bounded number of slots; short calls never wait for one.
 
-Every call is served by a thread of the server's pool, and a long call holds its thread while it is
-open: a frame stream, a subscription, a pair stream, and every frame or query call (it may wait in its
-world's line). If long calls could take every thread, a health check would be refused once enough
-streams were open (and an orchestrator would restart a server that is only busy, losing its worlds).
-So the pool has ``slots`` threads for long calls plus ``RESERVED_THREADS`` that only short calls can
-use: the health check, world management (create, delete, list, get) and the unary echo, all of which
-answer at once without waiting for a world. A long call that finds every slot taken is answered
-RESOURCE_EXHAUSTED at once, naming the limit.
+Every call but a frame stream and the health check runs in a thread of the server's call pool (a
+frame stream's small frames are applied in the server's loop, its others in a thread of the pool: see
+aio.py), and a long call holds its thread while it is open: a subscription, a pair stream, and every
+frame or query call (it may wait in its world's line). If long calls could take every thread, short
+calls would wait behind them. So long calls, frame streams included, take one of ``slots`` slots, the
+pool has ``slots`` threads for them plus ``RESERVED_THREADS`` that only short calls can use: world
+management (create, delete, list, get) and the unary echo, all of which answer at once without waiting
+for a world; the health check is answered in the loop. A long call that finds every slot taken is
+answered RESOURCE_EXHAUSTED at once, naming the limit.
 """
 from __future__ import annotations
 
 import threading
 
 import grpc
+
+from .aio import handler_kind, streaming
 
 #: Threads kept for short calls, beyond the slots of long calls.
 RESERVED_THREADS = 16
@@ -27,13 +30,6 @@ SHORT_METHODS = frozenset({
     "/sapgrid.v1.EchoService/Echo",
 })
 
-
-
-def handler_kind(handler) -> str:
-    """The field of a ``grpc.RpcMethodHandler`` that holds its behaviour (``unary_unary``, ``unary_stream``,
-    ``stream_unary`` or ``stream_stream``): what an interceptor wraps and ``_replace``s."""
-    return ("stream_" if handler.request_streaming else "unary_") + ("stream" if handler.response_streaming
-                                                                     else "unary")
 
 class Admission(grpc.ServerInterceptor):
     """A server interceptor that admits each long call into one of ``slots`` slots, or refuses it.
@@ -54,8 +50,12 @@ class Admission(grpc.ServerInterceptor):
         if handler is None or handler_call_details.method in SHORT_METHODS:
             return handler
         kind = handler_kind(handler)
-        wrap = self._streaming if handler.response_streaming else self._unary
-        return handler._replace(**{kind: wrap(getattr(handler, kind))})
+        behavior = getattr(handler, kind)
+        if handler.response_streaming:
+            # The slot is taken at the first response the server asks for and given back when the stream
+            # ends, fails or is dropped.
+            return handler._replace(**{kind: streaming(behavior, self._enter, self._leave)})
+        return handler._replace(**{kind: self._unary(behavior)})
 
     # ---- slots ------------------------------------------------------------------------------
     def _acquire(self, context) -> None:
@@ -84,13 +84,9 @@ class Admission(grpc.ServerInterceptor):
                 self._release()
         return admitted
 
-    def _streaming(self, behavior):
-        def admitted(request, context):
-            # Runs at the first response the server asks for, in the call's thread; the slot is given
-            # back when the stream ends, fails or is dropped (generator close).
-            self._acquire(context)
-            try:
-                yield from behavior(request, context)
-            finally:
-                self._release()
-        return admitted
+    def _enter(self, request, context):
+        self._acquire(context)
+        return request, None
+
+    def _leave(self, state, context, outcome) -> None:
+        self._release()

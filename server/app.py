@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
@@ -17,17 +18,19 @@ import socket
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from grpc import aio as grpc_aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from sapgrid.v1 import echo_service_pb2, echo_service_pb2_grpc, sapgrid_service_pb2
 
-from . import logs, tracing
+from . import aio, logs, tracing
 from .logs import CallLog
 from .admission import RESERVED_THREADS, Admission
 from . import auth, quota, tls
@@ -36,7 +39,7 @@ from .heavy import HeavyFrames
 from .metrics import Metrics
 from .registry import Registry
 from . import cluster
-from .servicer import EchoServicer, SapgridServicer, add_to_server
+from .servicer import EchoServicer, EchoServicerInLoop, SapgridServicer, add_to_server
 
 log = logging.getLogger("sapgrid.server")
 
@@ -64,20 +67,21 @@ class App:
     """A built server and everything it owns."""
 
     cfg: ServerConfig
-    server: grpc.Server
+    server: grpc_aio.Server           # gRPC's asyncio server, running in ``io``'s loop (aio.py)
     port: int
     health: HealthServicer
     registry: Registry
     metrics: Metrics
-    pool: ThreadPoolExecutor
+    pool: ThreadPoolExecutor          # the call pool: methods written for threads, frames the loop hands on
+    io: aio.EventLoop
+    calls: aio.CallContexts           # the outermost interceptor (it refuses new calls once stopping)
     metrics_port: int = -1
     storage: Any = None               # storage.Storage with --data-dir
     default_world: Any = None         # its sapcore.WorldConfig, created at start when there is none
     recovered: Any = None             # storage.Recovered: what recovery found at start
     authenticator: "auth.Authenticator | None" = None
     watchdog: "quota.Watchdog | None" = None
-    health_pool: "quota.HealthPool | None" = None
-    health_server: "grpc.Server | None" = None    # --health-listen: plaintext health only
+    health_server: "grpc.Server | None" = None    # --health-listen: plaintext health only (threads of its own)
     health_port: int = -1
     certificates: "tls.CertificateFiles | None" = None
     quotas: "quota.ClientQuotas | None" = None
@@ -96,7 +100,7 @@ class App:
         every world in it is recovered."""
         for name in ("", *self.services):
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        self.server.start()
+        self.io.run(self.server.start())
         if self.health_server is not None:
             self.health_server.start()
         if self.watchdog is not None:
@@ -112,11 +116,21 @@ class App:
     def stop(self, grace: float | None = None) -> None:
         """Graceful stop: NOT_SERVING, refuse new calls, let in-flight calls and waiting frames finish
         (at most ``grace`` seconds; then the calls still open are cancelled)."""
+        if self.io.loop.is_closed():               # stopped already
+            return
         grace = self.cfg.grace_seconds if grace is None else grace
         self.health.enter_graceful_shutdown()
-        stopped = self.server.stop(grace)          # new calls refused; open ones cancelled after grace
+        self.calls.refuse("the server is shutting down")      # new calls: UNAVAILABLE (a client tries another)
+        # the calls still open when the grace period ends are cancelled (gRPC's stop, which would also refuse
+        # new calls itself, but a call arriving as it begins could be answered CANCELLED)
+        at_grace = asyncio.run_coroutine_threadsafe(_stop_after(self.server, grace), self.io.loop)
         self.registry.close(grace + 5.0)           # open frame calls end, worlds finish their jobs
-        stopped.wait(10.0)
+        at_grace.cancel()
+        try:
+            self.io.run(self.server.stop(1.0), 15.0)
+        except FutureTimeout:
+            log.warning("the server's calls had not all ended 15 s after the shutdown grace period")
+        self.io.close()
         if self.storage is not None:
             self.storage.close()                   # snapshots finish, every log is fsynced
         if self.health_server is not None:
@@ -127,23 +141,27 @@ class App:
             self.registry.heavy.shutdown()
         if self.watchdog is not None:
             self.watchdog.stop()
-        if self.health_pool is not None:
-            self.health_pool.shutdown()
 
     def reload_auth(self) -> bool:
         """Re-read the auth file (SIGHUP); on any error the previous one stays in force."""
         return self.authenticator.reload() if self.authenticator is not None else False
 
 
+async def _stop_after(server, seconds: float) -> None:
+    await asyncio.sleep(seconds)
+    await server.stop(0)
+
+
 def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | None = None) -> App:
     """Build (and bind) a server for cfg and create its default world; ``start()`` starts it.
 
     world_factory: callable(sapcore.WorldConfig) -> world (default sapcore.World); a test seam.
-    Every call is served by a thread of its own, which also runs the call's engine work: no hand-off
-    per frame. Long calls (streams, subscriptions, frame and query calls) take one of
-    ``cfg.worker_threads`` slots (one more is answered RESOURCE_EXHAUSTED); ``RESERVED_THREADS`` more
-    threads serve only short calls, so a health check is answered however many streams are open
-    (admission.py).
+    The server is gRPC's asyncio server in a thread of its own (aio.py): a stream's small frames are
+    received, applied and answered in its loop; every other call runs in a thread of the call pool,
+    which also runs the call's engine work. Long calls (streams, subscriptions, frame and query calls)
+    take one of ``cfg.worker_threads`` slots (one more is answered RESOURCE_EXHAUSTED); the pool has
+    ``RESERVED_THREADS`` more threads for short calls, and the health check is answered in the loop, so
+    it is answered however many streams are open (admission.py).
     """
     from sapcore import WorldConfig
     from sapcore.errors import ConfigError
@@ -174,38 +192,49 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
     threads = cfg.worker_threads + RESERVED_THREADS
     pool = ThreadPoolExecutor(threads, thread_name_prefix="sapgrid-call")
     # Calls beyond the threads wait for one (a refused long call gives its thread back at once); the health
-    # check has a pool of its own, so it is never refused nor waits behind them.
-    health_pool = quota.HealthPool()
+    # check is answered in the loop, so it is never refused nor waits behind them.
+    io = aio.EventLoop(pool)
     watchdog = quota.Watchdog(cfg.stream_idle_seconds, cfg.subscriber_stall_seconds, on_timeout=metrics.client_refused)
     guards = []
     if authenticator is not None:
         guards.append(auth.AuthInterceptor(authenticator, _request_classes(), on_refused=metrics.client_refused))
     guards.append(auth.AuditCalls(_request_classes()))
-    server = grpc.server(pool, options=grpc_options(cfg),
-                         interceptors=(health_pool, *tracing.setup(), CallLog(), *guards, quota.ClientCalls(quotas),
-                                       admission, watchdog))
+    traced = tracing.setup()
+    interceptors = (quota.HealthInLoop(), *traced, CallLog(), *guards, quota.ClientCalls(quotas), admission, watchdog)
+    calls = aio.CallContexts()
+    server = io.call(lambda: grpc_aio.server(migration_thread_pool=pool, options=grpc_options(cfg),
+                                             interceptors=(calls, *(aio.Threaded(i) for i in interceptors))))
     ownership = cluster.from_config(cfg.cluster_members, cfg.cluster_self)
-    add_to_server(SapgridServicer(registry, metrics, ownership, quotas=quotas), server)
+    # With tracing on, every method runs in a thread: OpenTelemetry's interceptor wraps methods of one kind.
+    add_to_server(SapgridServicer(registry, metrics, ownership, quotas=quotas,
+                                  in_loop_frame_bytes=cfg.in_loop_frame_bytes), server, in_loop=not traced)
     if cfg.echo:
-        echo_service_pb2_grpc.add_EchoServiceServicer_to_server(EchoServicer(cfg.max_message_bytes), server)
+        echo = (EchoServicer if traced else EchoServicerInLoop)(cfg.max_message_bytes)
+        echo_service_pb2_grpc.add_EchoServiceServicer_to_server(echo, server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     services = (SAPGRID_SERVICE, ECHO_SERVICE) if cfg.echo else (SAPGRID_SERVICE,)
     if cfg.reflection == "on":
         reflection.enable_server_reflection((*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                              reflection.SERVICE_NAME), server)
+
+    def release() -> None:
+        """Start-up failed: release what was made so far (nothing was started)."""
+        io.run(server.stop(0))
+        io.close()
+        pool.shutdown(wait=False)
+
     port = 0
     if _bindable(cfg.listen):                   # else gRPC would log its own error line before failing
         try:
             if certificates is not None:
-                port = server.add_secure_port(cfg.listen, tls.server_credentials(certificates))
+                port = io.call(server.add_secure_port, cfg.listen, tls.server_credentials(certificates))
             else:
-                port = server.add_insecure_port(cfg.listen)
+                port = io.call(server.add_insecure_port, cfg.listen)
         except RuntimeError:                     # grpcio: "Failed to bind to address ..."
             port = 0
     if port == 0:
-        pool.shutdown(wait=False)
-        health_pool.shutdown()
+        release()
         raise StartupError(f"--listen {cfg.listen}: cannot listen there (the port is in use, or the address is "
                            f"not this machine's)")
     storage = None
@@ -214,28 +243,24 @@ def build_server(cfg: ServerConfig, *, world_factory=None, metrics: Metrics | No
         try:
             storage = Storage(cfg.data_dir, cfg.fsync, cfg.snapshot_bytes, metrics=metrics)
         except (OSError, ValueError) as exc:
-            server.stop(0)
-            pool.shutdown(wait=False)
-            health_pool.shutdown()
+            release()
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise StartupError(f"--data-dir {cfg.data_dir}: {reason}") from None
         registry.storage = storage
         registry.recovering = True
-    app = App(cfg, server, port, health, registry, metrics, pool, authenticator=authenticator, watchdog=watchdog,
-              health_pool=health_pool, certificates=certificates, quotas=quotas, storage=storage)
+    app = App(cfg, server, port, health, registry, metrics, pool, io, calls, authenticator=authenticator,
+              watchdog=watchdog, certificates=certificates, quotas=quotas, storage=storage)
 
     def abandon() -> None:
         """A later start-up step failed: release what was made so far (nothing was started)."""
-        server.stop(0)
         if app.health_server is not None:
             app.health_server.stop(0)
-        pool.shutdown(wait=False)
-        health_pool.shutdown()
+        release()
         if storage is not None:
             storage.close()
 
     if cfg.health_listen:
-        app.health_server, app.health_port = _health_server(cfg.health_listen, health, health_pool)
+        app.health_server, app.health_port = _health_server(cfg.health_listen, health)
         if app.health_port == 0:
             abandon()
             raise StartupError(f"--health-listen {cfg.health_listen}: cannot listen there (the port is in use, or "
@@ -282,10 +307,11 @@ def _security(cfg: ServerConfig):
     return authenticator, certificates
 
 
-def _health_server(listen: str, health: HealthServicer, health_pool) -> tuple[grpc.Server, int]:
+def _health_server(listen: str, health: HealthServicer) -> tuple[grpc.Server, int]:
     """A plaintext server of the health service alone (for probes that cannot speak TLS, such as
-    Kubernetes' gRPC probes): it tells whether the server is serving, and nothing else."""
-    server = grpc.server(health_pool.pool)
+    Kubernetes' gRPC probes): it tells whether the server is serving, and nothing else (two threads of
+    its own)."""
+    server = grpc.server(ThreadPoolExecutor(2, thread_name_prefix="sapgrid-health"))
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     port = 0
     if _bindable(listen):

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from .admission import handler_kind
+from .aio import handler_kind, streaming
 from .errors import ServiceError, short
 
 audit_log = logging.getLogger("sapgrid.audit")
@@ -409,23 +409,21 @@ class AuthInterceptor(grpc.ServerInterceptor):
         behavior = getattr(handler, kind)
         check = self._check
 
-        if handler.request_streaming:
-            def authed(request_iterator, context):
-                ident = check(metadata, context, short_name, role, None, None)
-                if request_class is not None:           # every message names its world (RestoreWorld)
-                    request_iterator = _checked_messages(request_iterator, request_class, field, ident, role,
-                                                         short_name)
-                return behavior(request_iterator, context)
+        def checked(request, context):
+            """The call's request (iterator) once the call is authenticated and its role checked."""
+            if not handler.request_streaming:
+                check(metadata, context, short_name, role, request_class, field, request)
+                return request
+            ident = check(metadata, context, short_name, role, None, None)
+            if request_class is not None:           # every message names its world (RestoreWorld)
+                return _checked_messages(request, request_class, field, ident, role, short_name)
+            return request
+
+        if handler.response_streaming:              # checked in the stream, at its first response
+            authed = streaming(behavior, lambda request, context: (checked(request, context), None), _no_leave)
         else:
             def authed(request, context):
-                check(metadata, context, short_name, role, request_class, field, request)
-                return behavior(request, context)
-
-        if handler.response_streaming:
-            inner = authed
-
-            def authed(request, context):             # noqa: F811 - a generator, so the check runs in it
-                yield from inner(request, context)
+                return behavior(checked(request, context), context)
         return handler._replace(**{kind: authed})
 
     def _check(self, metadata, context, method, role, request_class, field, request=None) -> Identity:
@@ -459,6 +457,10 @@ class AuthInterceptor(grpc.ServerInterceptor):
         if skipped is not None:
             audit("refused", ident.name if ident else "", peer, call=method, status=code, reason=str(exc),
                   world=world, suppressed=skipped)
+
+
+def _no_leave(state, context, outcome) -> None:
+    pass
 
 
 def _checked_messages(iterator, request_class, field, ident: Identity, role: str, method: str):

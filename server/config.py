@@ -25,9 +25,11 @@ class ServerConfig:
         port, -1 disables the metrics endpoint.
     metrics_host : address the metrics HTTP server binds.
     worker_threads : long calls served at once (open frame streams, subscriptions, pair streams, frame
-        and query calls): each runs in a thread of its own, which also does the call's engine work, and
-        holds it while open. One more is answered RESOURCE_EXHAUSTED. Short calls (health check, world
-        management) have threads of their own beyond these (server/admission.py).
+        and query calls), and the call pool's threads for them: a call other than a frame stream runs in
+        one, which also does its engine work, and holds it while open (a frame stream's small frames are
+        applied in the server's loop). One more is answered RESOURCE_EXHAUSTED. Short calls (world
+        management) have threads of their own beyond these; the health check is answered in the loop
+        (server/admission.py).
     engine_threads : numba threads per world for the parallel cell apply (0: numba default).
     max_message_bytes : largest gRPC message accepted or sent, both directions (a 100k-object frame
         is ~3 MB).
@@ -50,6 +52,8 @@ class ServerConfig:
     heavy_frame_objects, heavy_frame_nice, heavy_frame_policy : frames of worlds of at least this many
         objects, while a smaller world streams, run on heavy-frame threads whose nice value is raised by
         heavy_frame_nice and, with the policy "idle", under SCHED_IDLE (server/heavy.py; 0 objects: off).
+    in_loop_frame_bytes : a stream's frame of at most this many bytes is applied in the server's event
+        loop when its world is free (server/aio.py); a bigger one in a thread of the call pool (0: all).
     """
 
     listen: str = DEFAULT_ADDRESS
@@ -95,6 +99,7 @@ class ServerConfig:
     heavy_frame_objects: int = 32768
     heavy_frame_nice: int = 10
     heavy_frame_policy: str = "idle"
+    in_loop_frame_bytes: int = 64 * 1024
 
     def __post_init__(self):
         def bad(field: str, message: str):
@@ -114,6 +119,8 @@ class ServerConfig:
             bad("metrics_port", "must be a port (0: a free one, -1: off)")
         if not 2 <= self.worker_threads <= 4096:
             bad("worker_threads", "must be in [2, 4096]")
+        if not 0 <= self.in_loop_frame_bytes <= 16 * MIB:
+            bad("in_loop_frame_bytes", "must be in [0, 16 MiB] (0: every frame in a thread of the call pool)")
         if not 4 * 1024 <= self.max_message_bytes <= 2**31 - 1:
             bad("max_message_bytes", "must be in [4 KiB, 2 GiB)")
         for name in ("queue_size", "subscriber_queue", "subscriber_queue_bytes", "max_worlds"):
@@ -168,10 +175,13 @@ _HELP = {
     "listen": f"gRPC listen address HOST:PORT (default {DEFAULT_ADDRESS}; port 0 = free port)",
     "metrics_port": "Prometheus /metrics port (default 9464; 0 = free port, -1 = off)",
     "metrics_host": "address of the metrics HTTP server (default 127.0.0.1)",
-    "worker_threads": "long calls served at once (frame streams, subscriptions, frame/query calls), each in a "
-                      "thread of its own that runs its engine work; health checks and world management "
-                      "never wait for one (default 256)",
+    "worker_threads": "long calls served at once (frame streams, subscriptions, frame/query calls), and the "
+                      "call pool's threads for them (a stream's small frames are applied in the server's "
+                      "loop); health checks and world management never wait for one (default 256)",
     "engine_threads": "numba threads per world for the cell apply (default 0 = numba default)",
+    "in_loop_frame_bytes": "a stream's frame of at most this many bytes is applied in the server's event loop "
+                           "when its world is free, a bigger one in a thread of the call pool (default 65536, "
+                           "~2,300 moving boxes; 0: every frame in a thread)",
     "max_message_bytes": "largest gRPC message, both directions (default 64 MiB)",
     "queue_size": "frames/queries waiting per world before RESOURCE_EXHAUSTED (default 64)",
     "subscriber_queue": "deltas buffered per subscriber before it is dropped (default 1024)",

@@ -16,6 +16,8 @@ import time
 
 import grpc
 
+from . import aio
+
 log = logging.getLogger("sapgrid.calls")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 WORLD_HEADER = "x-sapgrid-world"
@@ -36,6 +38,15 @@ def configure(fmt: str = "text", level: int = logging.INFO) -> None:
         root.removeHandler(h)
     root.addHandler(handler)
     root.setLevel(level)
+    grpc_log = logging.getLogger("grpc._cython.cygrpc")
+    if _client_left not in grpc_log.filters:
+        grpc_log.addFilter(_client_left)
+
+
+def _client_left(record: logging.LogRecord) -> bool:
+    """Leave out gRPC's error line (with its traceback) for an answer its client went away before taking:
+    a stream's client closing its connection mid-stream is no server error (the call's line says it)."""
+    return not str(record.msg).startswith("ExecuteBatchError raised in core")
 
 
 class _Sampler:
@@ -113,14 +124,6 @@ class CallLog(grpc.ServerInterceptor):
         return logged
 
     def _streaming(self, behavior, method, world, streaming):
-        def logged(request, context):
-            t0, failed = time.perf_counter(), True
-            try:
-                yield from behavior(request, context)
-                failed = False
-            except GeneratorExit:                # the client cancelled or went away
-                failed = "CANCELLED"
-                raise
-            finally:
-                self._done(context, method, world, t0, streaming, failed)
-        return logged
+        def leave(t0, context, outcome) -> None:
+            self._done(context, method, world, t0, streaming, outcome)
+        return aio.streaming(behavior, lambda request, context: (request, time.perf_counter()), leave)

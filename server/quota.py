@@ -1,5 +1,5 @@
 """Fairness between clients: per-client quotas, timeouts that free the slots of idle and stalled
-streams, and a thread pool of its own for the health check.
+streams, and the health check answered in the server's loop.
 
 A client is its identity's name with ``--auth-file`` (a token's or a certificate's name), else its
 peer address (``peer:HOST``; every connection of one host is one client). Beyond a quota the call is
@@ -22,12 +22,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
 from . import auth
-from .admission import SHORT_METHODS, handler_kind
+from .admission import SHORT_METHODS
+from .aio import handler_kind, in_loop, streaming
 from .errors import Exhausted, abort
 from .registry import MemoryBudget
 
@@ -133,24 +133,22 @@ class ClientCalls(grpc.ServerInterceptor):
         kind = handler_kind(handler)
         behavior, quotas = getattr(handler, kind), self.quotas
 
+        def enter(request, context):
+            client = auth.client_name(context)
+            try:
+                quotas.call_started(client)
+            except Exhausted as exc:
+                abort(context, exc)
+            return request, client
+
+        def leave(client, context, outcome) -> None:
+            quotas.call_ended(client)
+
         if handler.response_streaming:
-            def counted(request, context):
-                client = auth.client_name(context)
-                try:
-                    quotas.call_started(client)
-                except Exhausted as exc:
-                    abort(context, exc)
-                try:
-                    yield from behavior(request, context)
-                finally:
-                    quotas.call_ended(client)
+            counted = streaming(behavior, enter, leave)
         else:
             def counted(request, context):
-                client = auth.client_name(context)
-                try:
-                    quotas.call_started(client)
-                except Exhausted as exc:
-                    abort(context, exc)
+                request, client = enter(request, context)
                 try:
                     return behavior(request, context)
                 finally:
@@ -205,7 +203,16 @@ class Watchdog(grpc.ServerInterceptor):
         kind = handler_kind(handler)
         behavior, method = getattr(handler, kind), details.method
 
-        if handler.response_streaming:
+        if handler.response_streaming and in_loop(behavior):
+            async def watched(request, context):
+                entry = self._enter(context, method)
+                try:
+                    out = behavior(_reading_in_loop(request, entry) if idle else request, context)
+                    async for item in (_sending_in_loop(out, entry) if stall else out):
+                        yield item
+                finally:
+                    self._leave(entry)
+        elif handler.response_streaming:
             def watched(request, context):
                 entry = self._enter(context, method)
                 try:
@@ -253,7 +260,7 @@ class Watchdog(grpc.ServerInterceptor):
         log.info("%s of client %r ended: %s; its slot is free", entry.method, client, why,
                  extra=dict(call=entry.method, client=client, reason=reason))
         self.on_timeout(client, reason)
-        entry.context.cancel()
+        entry.context.cancel(f"{entry.method} ended by the server: {why}")
 
 
 def _reading(iterator, entry: _Watched):
@@ -275,12 +282,31 @@ def _sending(responses, entry: _Watched):
         entry.sending_since = None
 
 
-class HealthPool(grpc.ServerInterceptor):
-    """Serves the health check in a small pool of its own (gRPC's ``experimental_thread_pool``), so it
-    never waits behind, or is refused with, the long and short calls of the main pool."""
+async def _reading_in_loop(iterator, entry: _Watched):
+    """``_reading`` of a method that runs in the server's loop."""
+    iterator = iterator.__aiter__()
+    while True:
+        entry.waiting_since = time.monotonic()
+        try:
+            item = await iterator.__anext__()
+        except StopAsyncIteration:
+            return
+        finally:
+            entry.waiting_since = None
+        yield item
 
-    def __init__(self, threads: int = 2):
-        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="sapgrid-health")
+
+async def _sending_in_loop(responses, entry: _Watched):
+    """``_sending`` of a method that runs in the server's loop."""
+    async for item in responses:
+        entry.sending_since = time.monotonic()
+        yield item
+        entry.sending_since = None
+
+
+class HealthInLoop(grpc.ServerInterceptor):
+    """Answers the health check in the server's loop (aio.py): it never waits for a thread of the call
+    pool, so it is answered however many calls hold one, and it is never refused with them."""
 
     def intercept_service(self, continuation, details):
         handler = continuation(details)
@@ -288,10 +314,6 @@ class HealthPool(grpc.ServerInterceptor):
             return handler
         behavior = handler.unary_unary
 
-        def check(request, context):
+        async def check(request, context):      # (a look-up under a lock: nothing that waits)
             return behavior(request, context)
-        check.experimental_thread_pool = self.pool
         return handler._replace(unary_unary=check)
-
-    def shutdown(self) -> None:
-        self.pool.shutdown(wait=False)

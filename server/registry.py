@@ -1,9 +1,9 @@
 """World registry: named worlds, each taking its work (frames, queries, pair lists) one job at a time.
 
-Every call is served in its own thread of the gRPC server and runs its engine work itself, in that
-thread: a frame is received, applied and answered by the same thread, with no hand-off to another
-thread and back (each hand-off is a thread wake-up, tens to hundreds of microseconds on a loaded
-machine: more than the rest of the service's own cost per frame).
+A stream's small frame is received, applied and answered in the server's loop (aio.py); every other
+job runs in the thread of the call pool that serves its call, which does the engine work itself: no
+hand-off to another thread and back for a frame (each hand-off is a thread wake-up, tens to hundreds
+of microseconds on a loaded machine: more than the rest of the service's own cost per frame).
 
 A world runs one job at a time, in the order the jobs arrived: a caller first takes a turn in the
 world's line (``WorldRunner.turn``), which is immediate when the world is idle. At most
@@ -279,16 +279,19 @@ class WorldRunner:
         finally:
             self._next()
 
-    def _take_turn(self, caller: Caller) -> float:
+    def _take_turn(self, caller: Caller, now: bool = False) -> float | None:
         """The world for one job (waiting in line if it is busy): the seconds waited (0.0 when it was free).
         The caller hands it on with ``_next`` when the job is done (``turn``; a frame's ``apply`` calls both
-        itself: a context manager's generator costs a few microseconds of every frame)."""
+        itself: a context manager's generator costs a few microseconds of every frame).
+        now: only if the world is free (and nobody waits): None, and nothing taken, if it is not."""
         with self._mutex:
             if self.closed:
                 raise self._refusal()
             if not self._busy:
                 self._busy = True
                 turn = None
+            elif now:
+                return None
             else:
                 if len(self._line) >= self.queue_size:
                     raise Exhausted(f"world {self.name!r}: queue full ({self.queue_size} frames/queries waiting)")
@@ -352,7 +355,7 @@ class WorldRunner:
 
     # ---- frames -----------------------------------------------------------------------------
     def apply(self, arrays: dict, seq: int, received: float, caller: Caller, writer: str = "",
-              raw: bytes | None = None) -> Applied:
+              raw: bytes | None = None, now: bool = False) -> Applied | None:
         """Apply one frame (``World.step`` keyword arrays) in the world's turn; return it as Applied.
 
         writer: the frame's writer ("" none; checked by ``writers.check_writer``): a frame it already
@@ -362,13 +365,22 @@ class WorldRunner:
         counted, and changes nothing. Call ``published`` with the result once the caller has its answer.
         A frame of a world of ``heavy.min_objects`` objects or more runs on a heavy-frame thread (at a
         lower priority, see heavy.py) while this thread holds the world's turn and waits for it.
+        now: only if nothing would wait (the server's loop applies small frames itself, see aio.py): None,
+        and nothing done, if the world is busy, the frame is a heavy one, it is validated (--validate) or its
+        answer waits for a disk sync.
         """
         heavy = self.heavy
         adds = arrays.get("add_ids")
+        n_add = 0 if adds is None else len(adds)
+        if now and ((heavy is not None and heavy.takes(self.objects + n_add)) or self.validate
+                    or (self.log is not None and self.log.sync_always)):
+            return None
         try:
-            waited = self._take_turn(caller)
+            waited = self._take_turn(caller, now)
+            if waited is None:
+                return None
             try:
-                if heavy is not None and heavy.takes(self.objects + (0 if adds is None else len(adds))):
+                if heavy is not None and heavy.takes(self.objects + n_add):     # (in the turn: as it stands now)
                     applied = heavy.run(self._frame, arrays, seq, writer, raw, waited, received)
                 else:
                     applied = self._frame(arrays, seq, writer, raw, waited, received)

@@ -4,7 +4,9 @@ the answer with ``protocol``. Errors become statuses in one place: ``errors.abor
 """
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import time
 
 import grpc
@@ -25,6 +27,8 @@ from .registry import Caller, Registry
 from .writers import check_writer
 
 SNAPSHOT_CHUNK = 1 << 20          # bytes per SnapshotWorld message
+#: Methods with a form that runs in the server's loop: name -> the servicer's method of that form.
+IN_LOOP = {"StreamFrames": "stream_frames_in_loop"}
 
 
 def _unary(method):
@@ -39,7 +43,18 @@ def _unary(method):
 
 
 def _streaming(method):
-    """A server-streaming method whose exceptions end the call with their status."""
+    """A server-streaming method (a generator, or an async generator run in the server's loop) whose
+    exceptions end the call with their status."""
+    if inspect.isasyncgenfunction(method):
+        @functools.wraps(method)
+        async def in_loop(self, request, context):
+            try:
+                async for response in method(self, request, context):
+                    yield response
+            except Exception as exc:
+                abort(context, exc)
+        return in_loop
+
     @functools.wraps(method)
     def call(self, request, context):
         try:
@@ -88,10 +103,11 @@ def _parsed(method, request_class, streaming: bool, client_streaming: bool = Fal
     return call
 
 
-def add_to_server(servicer: "SapgridServicer", server) -> None:
+def add_to_server(servicer: "SapgridServicer", server, in_loop: bool = True) -> None:
     """Register SapgridService: requests arrive as bytes (the hot frame methods read them zero-copy, the
     others parse them in ``_parsed``); protobuf serializers from the descriptors for the responses,
-    except raw bytes for the hot ones (ApplyFrame, StreamFrames, Subscribe)."""
+    except raw bytes for the hot ones (ApplyFrame, StreamFrames, Subscribe). in_loop: the methods of
+    ``IN_LOOP`` in their form that runs in the server's loop (else every method runs in a thread)."""
     raw_request = {"ApplyFrame", "StreamFrames"}
     raw_response = {"ApplyFrame", "StreamFrames", "Subscribe"}
     make = {(False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
@@ -101,7 +117,7 @@ def add_to_server(servicer: "SapgridServicer", server) -> None:
     for m in service.methods:
         request = message_factory.GetMessageClass(m.input_type)
         response = message_factory.GetMessageClass(m.output_type)
-        method = getattr(servicer, m.name)
+        method = getattr(servicer, IN_LOOP[m.name] if in_loop and m.name in IN_LOOP else m.name)
         if m.name not in raw_request:
             method = _parsed(method, request, m.server_streaming, m.client_streaming)
         handlers[m.name] = make[m.client_streaming, m.server_streaming](
@@ -112,13 +128,19 @@ def add_to_server(servicer: "SapgridServicer", server) -> None:
 
 
 class SapgridServicer(pb_grpc.SapgridServiceServicer):
-    """Each call runs in its own server thread and does its engine work itself (see registry.py)."""
+    """A frame stream runs in the server's loop (``stream_frames_in_loop``), every other call in a thread
+    of the call pool; each does its engine work itself (see aio.py and registry.py)."""
 
-    def __init__(self, registry: Registry, metrics: Metrics, ownership=None, quotas=None):
+    def __init__(self, registry: Registry, metrics: Metrics, ownership=None, quotas=None,
+                 in_loop_frame_bytes: int = 64 << 10):
         self.registry = registry
         self.metrics = metrics
         self.ownership = ownership  # cluster.Ownership of a replica in a cluster, else None
         self.quotas = quotas        # quota.ClientQuotas (worlds per client), or None
+        # A stream's frame of at most this many bytes is applied in the server's loop when its world is free
+        # (~2,300 moving objects at the default), a bigger one in a thread of the call pool: the loop is
+        # never held long from the other calls' messages (--in-loop-frame-bytes).
+        self.in_loop_frame_bytes = in_loop_frame_bytes
 
     # ---- worlds -----------------------------------------------------------------------------
     @_unary
@@ -158,11 +180,14 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         return pb.GetWorldResponse(world=protocol.world_info(self.registry.get(request.name)))
 
     # ---- frames -----------------------------------------------------------------------------
-    def _apply(self, frame, received: float, caller: Caller, generations: dict | None = None, raw: bytes = b""):
+    def _apply(self, frame, received: float, caller: Caller, generations: dict | None = None, raw: bytes = b"",
+               now: bool = False):
         """Apply one decoded frame: (runner, Applied). Refusals raise, counted per world.
 
         generations: a stream's worlds by name -> the generation it first wrote to; a frame for a world
-        deleted and created again since is NOT_FOUND, never written into the new world."""
+        deleted and created again since is NOT_FOUND, never written into the new world.
+        now: None (nothing done, nothing counted) if the frame cannot be applied at once in this thread
+        (``WorldRunner.apply``); the checks before it are repeated when it is applied later."""
         if getattr(caller.context, auth.ATTR, None) is not None:      # (``require`` is a no-op without auth)
             auth.require(caller.context, auth.WRITER, frame.world, "frame")   # each frame's own world
         try:
@@ -179,7 +204,8 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         except Exception as exc:
             runner.count_refusal(exc)
             raise
-        return runner, runner.apply(arrays, frame.seq, received, caller, frame.writer, raw)
+        applied = runner.apply(arrays, frame.seq, received, caller, frame.writer, raw, now)
+        return None if applied is None else (runner, applied)
 
     # ApplyFrame, StreamFrames and Subscribe are registered with raw-bytes (de)serializers (see
     # ``add_to_server``): frames are read zero-copy and the Delta, serialized once, is framed into the
@@ -192,37 +218,78 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         runner.published(applied)
         return protocol.apply_response(applied)
 
+    # StreamFrames: frames are applied in arrival order, each answered before the next is read; frames
+    # the client sends ahead wait in the transport (HTTP/2 flow control is the back-pressure). A rejected
+    # frame gets its error in its own slot and the stream goes on. A graceful shutdown lets an open stream
+    # go on until its client ends it (or the grace period ends). The server runs it in its loop
+    # (``stream_frames_in_loop``); ``StreamFrames`` is the same in a thread of its own (with tracing on:
+    # OpenTelemetry's interceptor wraps methods of one kind).
     def StreamFrames(self, request_iterator, context):
-        # Frames are applied in arrival order, each answered before the next is read; frames the
-        # client sends ahead wait in the transport (HTTP/2 flow control is the back-pressure).
-        # A rejected frame gets its error in its own slot and the stream goes on.
-        # A graceful shutdown lets an open stream go on until its client ends it (or the grace period ends).
         caller = Caller(context)
         bound = cluster.stream_world(context)  # a stream opened with x-sapgrid-world takes only that world
         generations: dict[str, int] = {}
         with self.registry.frame_call():
             for raw in request_iterator:
-                received = time.perf_counter()
-                seq = 0
                 try:
-                    frame = protocol.parse_frame(raw)
-                    seq = frame.seq
-                    if bound and frame.world != bound:
-                        raise cluster.WrongWorld(frame.world, bound)
-                    runner, applied = self._apply(frame, received, caller, generations, raw)
+                    answer, done = self._stream_frame(raw, time.perf_counter(), caller, bound, generations)
                 except Cancelled:
                     return
-                except Exception as exc:
-                    yield pb.StreamFramesResponse(seq=seq, error=frame_error(exc)).SerializeToString()
-                    continue
                 try:
-                    yield protocol.stream_response(seq, applied)
+                    yield answer
                 finally:
-                    runner.published(applied)     # once the answer is sent (or the stream is gone)
+                    if done is not None:
+                        done[0].published(done[1])     # once the answer is sent (or the stream is gone)
                 # nothing of this frame is held while the next is awaited: a stream ended by an error keeps
                 # this generator in a cycle with its traceback until a pass of the garbage collector (the
                 # world, were it deleted meanwhile, and a frame's request bytes with it)
-                raw = frame = runner = applied = None
+                raw = answer = done = None
+
+    async def stream_frames_in_loop(self, request_iterator, context):
+        """``StreamFrames`` in the server's loop: a frame of at most ``in_loop_frame_bytes`` whose world is
+        free is applied here, any other in a thread of the call pool (the loop's executor) while this call
+        waits for it; either way in arrival order."""
+        caller = Caller(context)
+        bound = cluster.stream_world(context)
+        generations: dict[str, int] = {}
+        loop, in_loop_bytes = asyncio.get_running_loop(), self.in_loop_frame_bytes
+        with self.registry.frame_call():
+            async for raw in request_iterator:
+                received = time.perf_counter()
+                try:
+                    step = self._stream_frame(raw, received, caller, bound, generations, True) \
+                        if len(raw) <= in_loop_bytes else None
+                    if step is None:
+                        step = await loop.run_in_executor(None, self._stream_frame, raw, received, caller, bound,
+                                                          generations)
+                except Cancelled:
+                    return
+                answer, done = step
+                try:
+                    yield answer
+                finally:
+                    if done is not None:
+                        done[0].published(done[1])
+                raw = answer = done = step = None
+
+    def _stream_frame(self, raw: bytes, received: float, caller: Caller, bound: str, generations: dict,
+                      now: bool = False):
+        """One frame of a stream: (its answer, (runner, Applied) to publish once the answer is sent, or
+        None for a refused frame, whose answer is its FrameError). now: None if it cannot be applied at
+        once in this thread (``_apply``). Raises Cancelled when the caller has gone away."""
+        seq = 0
+        try:
+            frame = protocol.parse_frame(raw)
+            seq = frame.seq
+            if bound and frame.world != bound:
+                raise cluster.WrongWorld(frame.world, bound)
+            done = self._apply(frame, received, caller, generations, raw, now)
+        except Cancelled:
+            raise
+        except Exception as exc:
+            return pb.StreamFramesResponse(seq=seq, error=frame_error(exc)).SerializeToString(), None
+        if done is None:
+            return None
+        return protocol.stream_response(seq, done[1]), done
 
     # ---- queries ----------------------------------------------------------------------------
     @_unary
@@ -357,4 +424,14 @@ class EchoServicer(echo_grpc.EchoServiceServicer):
     @_streaming
     def EchoStream(self, request_iterator, context):
         for request in request_iterator:
+            yield echo_pb.EchoStreamResponse(payload=self._reply(request.payload, request.reply_bytes))
+
+
+class EchoServicerInLoop(EchoServicer):
+    """The echo whose stream runs in the server's loop, as a frame stream's small frames do: the baseline
+    of a frame's server CPU is the same transport and the same loop."""
+
+    @_streaming
+    async def EchoStream(self, request_iterator, context):
+        async for request in request_iterator:
             yield echo_pb.EchoStreamResponse(payload=self._reply(request.payload, request.reply_bytes))

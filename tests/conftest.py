@@ -1,7 +1,7 @@
 """Shared fixtures of the service tests: real sapgrid servers on free loopback ports.
 
 ``ServerThread`` runs a server (``sapgrid.server.app.build_server``; its calls are served by its own
-threads) in the test process; ``server`` is one shared instance per session, ``make_server``
+loop thread and call pool) in the test process; ``server`` is one shared instance per session, ``make_server``
 builds extra ones with config overrides (small queues, small message limits...) and stops them at
 the end of the test. Tests create uniquely named worlds (``world_name``) so they never interfere.
 """

@@ -2,7 +2,6 @@
 import io
 import zlib
 
-import grpc
 
 import pytest
 
@@ -67,21 +66,22 @@ def test_replica_refuses_a_world_it_does_not_own():
         app.stop(0)
 
 
-def test_calls_carry_the_world_header_and_a_stream_is_bound_to_its_world():
+def test_calls_carry_the_world_header_and_a_stream_is_bound_to_its_world(monkeypatch):
     import numpy as np
 
     from sapgrid.client import Client
     from sapgrid.client.errors import FailedPrecondition
+    from sapgrid.server import aio
 
     seen = []
+    outermost = aio.CallContexts.intercept_service
 
-    class Recorder(grpc.ServerInterceptor):
-        def intercept_service(self, continuation, details):
-            seen.append((details.method.rsplit("/", 1)[1], dict(details.invocation_metadata).get(cluster.HEADER)))
-            return continuation(details)
+    async def recording(self, continuation, details):      # every call's metadata, as the server got it
+        seen.append((details.method.rsplit("/", 1)[1], dict(details.invocation_metadata).get(cluster.HEADER)))
+        return await outermost(self, continuation, details)
 
+    monkeypatch.setattr(aio.CallContexts, "intercept_service", recording)
     app = build(ServerConfig(listen="127.0.0.1:0", metrics_port=-1, default_world=""))
-    app.server._state.interceptor_pipeline = grpc._interceptor.service_pipeline([Recorder()])
     app.start()
     try:
         with Client(f"127.0.0.1:{app.port}") as c:

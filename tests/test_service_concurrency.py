@@ -103,6 +103,8 @@ def test_many_concurrent_streams(server, rng):
 
 
 def _gated_server(make_server, **overrides):
+    """A server of GatedWorlds whose frames are all applied in threads of the call pool: a frame held in
+    the server's loop would hold every call (the loop applies small frames only, which take microseconds)."""
     worlds = []
 
     def factory(cfg):
@@ -110,7 +112,7 @@ def _gated_server(make_server, **overrides):
         worlds.append(w)
         return w
 
-    srv = make_server(world_factory=factory, default_world="", **overrides)
+    srv = make_server(world_factory=factory, default_world="", in_loop_frame_bytes=0, **overrides)
     return srv, worlds
 
 
@@ -311,3 +313,172 @@ def test_graceful_stop_serves_open_streams_then_ends_subscriptions(make_server):
         assert not stopper.is_alive()
         got = [x.frame for x in sub]                        # every delta, then the end of the stream
         assert got == [1, 2]
+
+
+class ThreadsOfSteps:
+    """sapcore.World recording the thread each frame is applied in; ``gate`` (set = open) holds a step
+    of a frame that adds object 999 (the seam that keeps its world busy)."""
+
+    def __init__(self, cfg):
+        self._w = World(cfg)
+        self.threads: list[str] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+
+    def step(self, **kw):
+        self.threads.append(threading.current_thread().name)
+        if kw.get("add_ids") is not None and 999 in np.asarray(kw["add_ids"]).tolist():
+            self.entered.set()
+            self.gate.wait(120)
+        return self._w.step(**kw)
+
+    def __getattr__(self, name):
+        return getattr(self._w, name)
+
+
+def test_small_frames_are_applied_in_the_loop_and_big_or_waiting_ones_in_the_pool(make_server, rng):
+    """A stream's frame of at most --in-loop-frame-bytes whose world is free is applied in the server's
+    loop (``sapgrid-io``); a bigger one, or one whose world is busy, in a thread of the call pool, while
+    the loop goes on answering the other calls (health, other worlds' streams); every answer in order
+    and against the engine run alone."""
+    worlds = {}
+
+    def factory(cfg):
+        w = ThreadsOfSteps(cfg)
+        worlds[len(worlds)] = w
+        return w
+
+    srv = make_server(world_factory=factory, default_world="", in_loop_frame_bytes=4096, worker_threads=8)
+    with Client(srv.address) as c, grpc.insecure_channel(srv.address) as ch:
+        health = health_pb2_grpc.HealthStub(ch)
+        c.create_world("busy", CFG)
+        c.create_world("other", CFG)
+        busy, other = worlds[0], worlds[1]
+        local = World(CFG)
+        ids = np.arange(300)
+        boxes = random_boxes(rng, 300)
+        with c.stream("busy") as s, c.stream("other") as s2:
+            d = s.step(add_ids=ids[:10], add_boxes=boxes[:10])             # small: in the loop
+            assert_same_pairs(d.created, local.step(add_ids=ids[:10], add_boxes=boxes[:10]).created)
+            assert busy.threads[-1] == "sapgrid-io"
+            d = s.step(add_ids=ids[10:], add_boxes=boxes[10:])             # ~8 KB: in a pool thread
+            assert_same_pairs(d.created, local.step(add_ids=ids[10:], add_boxes=boxes[10:]).created)
+            assert busy.threads[-1].startswith("sapgrid-call")
+            busy.gate.clear()
+            with ThreadPoolExecutor(1) as pool:
+                held = pool.submit(c.step, "busy", add_ids=[999], add_boxes=[[0, 0, 1, 1]])   # holds the world
+                assert busy.entered.wait(60)
+                moved = random_boxes(rng, 5)
+                s.send(update_ids=ids[:5], update_boxes=moved)             # small, but its world is busy
+                runner = srv.app.registry.get("busy")
+                deadline = time.monotonic() + 30
+                while not runner.pending:                                  # it waits in line, in a pool thread
+                    assert time.monotonic() < deadline
+                    time.sleep(0.001)
+                for k in range(20):                                        # meanwhile the loop answers the rest
+                    reply = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=30)
+                    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+                    assert s2.step(add_ids=[k], add_boxes=[[k, k, k + 1, k + 1]]).frame == k + 1
+                assert other.threads == ["sapgrid-io"] * 20
+                busy.gate.set()
+                assert held.result(60).stats.objects == 301
+            local.step(add_ids=[999], add_boxes=[[0, 0, 1, 1]])
+            d = s.recv()
+            assert d.frame == 4 and busy.threads[-1].startswith("sapgrid-call")
+            want = local.step(update_ids=ids[:5], update_boxes=moved)
+            assert_same_pairs(d.created, want.created)
+            assert_same_pairs(d.deleted, want.deleted)
+            d = s.step(update_ids=ids[:5], update_boxes=boxes[:5])          # free again: in the loop
+            assert d.frame == 5 and busy.threads[-1] == "sapgrid-io"
+        assert_same_pairs(c.pairs("busy"), local.step(update_ids=ids[:5], update_boxes=boxes[:5]) and local.pairs())
+
+
+def _relay(target: str):
+    """A TCP relay to ``target`` (HOST:PORT) on a free loopback port: (its address, hold, cut, listener).
+    ``hold()`` drops the server's bytes from then on (answers sent but never taken: the server's writes
+    wait for HTTP/2 flow control), ``cut()`` closes every connection at once, as a network that drops a
+    client does."""
+    import socket
+
+    host, port = target.rsplit(":", 1)
+    listener = socket.create_server(("127.0.0.1", 0))
+    sockets: list = []
+    held = threading.Event()
+
+    def pump(a, b, from_server):
+        try:
+            while data := a.recv(65536):
+                if not (from_server and held.is_set()):
+                    b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def accept():
+        while True:
+            try:
+                down, _ = listener.accept()
+            except OSError:
+                return
+            up = socket.create_connection((host, int(port)))
+            sockets.extend([down, up])
+            threading.Thread(target=pump, args=(down, up, False), daemon=True).start()
+            threading.Thread(target=pump, args=(up, down, True), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+
+    def cut():
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    return f"127.0.0.1:{listener.getsockname()[1]}", held.set, cut, listener
+
+
+def test_streams_whose_connection_drops_mid_stream_leave_the_server_serving(make_server):
+    """Clients whose connections drop while the server writes their answers (answers held back by the
+    network, then the connection cut): the server goes on serving, every slot comes back, and each
+    world holds exactly the frames it applied. (A stream whose write fails this way has its generator
+    closed after its call has ended; that it then touches nothing of the call, which gRPC has freed, is
+    what the node client's test of cut connections found: client/node/test/durable.test.mjs.)"""
+    srv = make_server(default_world="")
+    n = 200
+    ids = np.arange(n)
+    together = np.tile([[0.0, 0.0, 1.0, 1.0]], (n, 1))            # every pair: ~320 KB of answer a frame
+    apart = np.stack([ids * 0.3, ids * 0.3, ids * 0.3 + 0.1, ids * 0.3 + 0.1], axis=1)
+    with Client(srv.address) as direct:
+        for round_ in range(4):
+            address, hold, cut, listener = _relay(srv.address)
+            name = f"drop-{round_}"
+            direct.create_world(name, CFG)
+            with Client(address) as c:
+                s = c.stream(name)
+                s.step(add_ids=ids, add_boxes=apart)
+                hold()
+                for k in range(8):
+                    s.send(update_ids=ids, update_boxes=together if k % 2 == 0 else apart)
+                deadline = time.monotonic() + 30
+                while direct.get_world(name).frames < 2 + round_ % 2:   # applied; answers on their way
+                    assert time.monotonic() < deadline
+                    time.sleep(0.005)
+                time.sleep(0.1)
+                cut()
+                with pytest.raises(Exception):
+                    for _ in range(8):
+                        s.recv()
+                s.close()
+            listener.close()
+            info = direct.get_world(name)
+            assert 2 <= info.frames <= 9
+            assert direct.step(name, update_ids=[0], update_boxes=[[0, 0, 1, 1]]).frame == info.frames + 1
+        _wait_slots_free(srv)
+        reply = health_pb2_grpc.HealthStub(direct.channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=30)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING

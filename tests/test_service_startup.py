@@ -87,6 +87,8 @@ def test_bad_durability_security_and_cluster_options(tmp_path):
     (["--queue-size", "x"], {}, ["--queue-size", "not an integer"]),
     (["--listen", "nowhere"], {}, ["--listen", "HOST:PORT"]),
     (["--metrics-port", "70000"], {}, ["--metrics-port"]),
+    (["--in-loop-frame-bytes", "-1"], {}, ["--in-loop-frame-bytes", "[0, 16 MiB]"]),
+    ([], {"SAPGRID_IN_LOOP_FRAME_BYTES": "99999999"}, ["SAPGRID_IN_LOOP_FRAME_BYTES", "[0, 16 MiB]"]),
 ])
 def test_bad_configuration(flags, env, words):
     _one_line_refusal(_serve("--listen", "127.0.0.1:0", *flags, env=env), *words)

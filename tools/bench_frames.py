@@ -241,9 +241,7 @@ def service_frame(n: int = 100, worlds: int = 64, rounds: int = 200, seed: int =
         for feed, call, _, _ in streams:
             call.close()
     finally:
-        server.server.stop(0)
-        server.pool.shutdown(wait=False)
-        server.health_pool.shutdown()
+        server.stop(0)
     return dict(objects=n, worlds=worlds, frame_us=float(np.median(times)) * 1e6,
                 mean_us=float(np.mean(times)) * 1e6, engine_us=float(np.median(steps)) * 1e6)
 
