@@ -29,6 +29,7 @@ import threading
 import grpc
 from grpc import aio
 
+HEALTH_PREFIX = "/grpc.health.v1.Health/"
 
 
 def handler_kind(handler) -> str:
@@ -72,8 +73,9 @@ class EventLoop:
 
 
 class Aborted(Exception):
-    """An abort of a call whose method runs in the loop, carried up to ``CallContexts`` (which ends the
-    call with it: the asyncio context's ``abort`` is a coroutine)."""
+    """An abort of a call, carried up to ``CallContexts``: it sends the status of a method that runs in the
+    loop (the asyncio context's ``abort`` is a coroutine); for one in a thread of the pool the status is
+    sent already (or the call had ended) and the method just ends."""
 
     def __init__(self, code: grpc.StatusCode, details: str, trailing_metadata=()):
         super().__init__(details)
@@ -160,9 +162,6 @@ class CallContext:
 
     def abort_with_status(self, status):
         self.abort(status.code, status.details, status.trailing_metadata)
-
-
-HEALTH_PREFIX = "/grpc.health.v1.Health/"
 
 
 class CallContexts(aio.ServerInterceptor):

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from .aio import handler_kind, streaming
+from .aio import HEALTH_PREFIX, handler_kind, streaming
 from .errors import ServiceError, short
 
 audit_log = logging.getLogger("sapgrid.audit")
@@ -52,7 +52,6 @@ READER, WRITER, ADMIN = "reader", "writer", "admin"
 RANK = {READER: 1, WRITER: 2, ADMIN: 3}
 ROLES_HELP = {READER: "list, get, query, pairs, subscribe", WRITER: "frames, snapshots and every read",
               ADMIN: "everything: create, delete, restore, freeze worlds"}
-HEALTH_PREFIX = "/grpc.health.v1.Health/"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 TOKEN_PREFIX = "sg_"
 

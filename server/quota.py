@@ -152,7 +152,7 @@ class ClientCalls(grpc.ServerInterceptor):
                 try:
                     return behavior(request, context)
                 finally:
-                    quotas.call_ended(client)
+                    leave(client, context, None)
         return handler._replace(**{kind: counted})
 
 
