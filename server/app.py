@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from grpc_reflection.v1alpha import reflection
 
 from sapgrid.v1 import echo_service_pb2, echo_service_pb2_grpc, sapgrid_service_pb2
 
-from . import aio, logs, tracing
+from . import aio, kernels, logs, tracing
 from .logs import CallLog
 from .admission import RESERVED_THREADS, Admission
 from . import auth, quota, tls
@@ -100,6 +101,7 @@ class App:
         every world in it is recovered."""
         for name in ("", *self.services):
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        kernels.load_all()              # in the background; until then frames are applied in the pool
         self.io.run(self.server.start())
         if self.health_server is not None:
             self.health_server.start()
@@ -430,6 +432,13 @@ def serve(cfg: ServerConfig, ready=None, from_env: dict | None = None) -> int:
     print(f"sapgrid: listening on {app.address} (metrics {metrics}; worlds: "
           f"{', '.join(r.name for r in app.registry.list()) or 'none'})", flush=True)
     print(f"sapgrid: {security_summary(cfg)}", flush=True)
+
+    def loaded():                       # (a bench waits for this line before it measures)
+        t0 = time.monotonic()
+        if kernels.wait_all():
+            print(f"sapgrid: engine kernels loaded ({time.monotonic() - t0:.1f} s after serving)", flush=True)
+
+    threading.Thread(target=loaded, name="sapgrid-kernels-wait", daemon=True).start()
     if ready is not None:
         ready(app)
     while not stop.wait(1.0):

@@ -37,7 +37,7 @@ import numpy as np
 from sapgrid.layout import pairs_digest
 
 from .interest import RegionDelta, RegionView
-from . import protocol, tracing
+from . import kernels, protocol, tracing
 from .digest import digest_step
 from .errors import (Cancelled, Exhausted, InvalidInput, ShuttingDown, Unavailable, WorldExists, WorldNotFound,
                      outcome)
@@ -366,14 +366,14 @@ class WorldRunner:
         A frame of a world of ``heavy.min_objects`` objects or more runs on a heavy-frame thread (at a
         lower priority, see heavy.py) while this thread holds the world's turn and waits for it.
         now: only if nothing would wait (the server's loop applies small frames itself, see aio.py): None,
-        and nothing done, if the world is busy, the frame is a heavy one, it is validated (--validate) or its
-        answer waits for a disk sync.
+        and nothing done, if the world is busy, the frame is a heavy one, it is validated (--validate), its
+        answer waits for a disk sync or the engine's kernels are still being loaded (``kernels``).
         """
         heavy = self.heavy
         adds = arrays.get("add_ids")
         n_add = 0 if adds is None else len(adds)
         if now and ((heavy is not None and heavy.takes(self.objects + n_add)) or self.validate
-                    or (self.log is not None and self.log.sync_always)):
+                    or (self.log is not None and self.log.sync_always) or not kernels.ready(self.dims)):
             return None
         try:
             waited = self._take_turn(caller, now)

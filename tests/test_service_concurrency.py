@@ -17,6 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sapcore import World, WorldConfig
 from sapgrid.client import Client
 from sapgrid.client.errors import DeadlineExceeded, NotFound, ResourceExhausted, Unavailable
+from sapgrid.server import kernels
 from service_helpers import assert_same_pairs, metric_value, random_boxes, scrape
 
 CFG = WorldConfig(dims=2, bounds=(0, 0, 100, 100), cells=(4, 4))
@@ -347,6 +348,7 @@ def test_small_frames_are_applied_in_the_loop_and_big_or_waiting_ones_in_the_poo
         health = health_pb2_grpc.HealthStub(ch)
         c.create_world("busy", CFG)
         c.create_world("other", CFG)
+        assert kernels.wait(2, 600)                        # (until then every frame goes to the pool)
         busy, other = worlds[0], worlds[1]
         local = World(CFG)
         ids = np.arange(300)

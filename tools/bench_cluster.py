@@ -79,6 +79,7 @@ def run(objects: int, frames: int) -> dict:
     from sapgrid.tools.spawn import SpawnedCluster
 
     with SpawnedCluster(1, "--default-world", "") as cluster:
+        cluster.wait_kernels()
         member, bind = cluster.members[0], cluster.address
         _paired_round_trips(member, bind, objects, 20)          # warm-up: kernels, connections, windows
         d, p = _paired_round_trips(member, bind, objects, frames)
@@ -166,6 +167,7 @@ def scale_run(replicas: int, worlds: int, objects: int, seconds: float, seed: in
     from sapgrid.tools.spawn import SpawnedCluster
 
     with SpawnedCluster(replicas, "--default-world", "", "--max-worlds", str(worlds + 8)) as cluster:
+        cluster.wait_kernels()
         bind = cluster.address
         rng = np.random.default_rng(seed)
         names = [f"scale-{i:03d}" for i in range(worlds)]

@@ -218,6 +218,7 @@ def _secure_server(directory: str):
     token = append_token(paths["auth.toml"], "bench", "admin", "*")
     server = SpawnedServer("--default-world", "", "--tls-cert", paths["server.pem"], "--tls-key", paths["server.key"],
                            "--auth-file", paths["auth.toml"])
+    server.wait_kernels()
     return server, Client(server.address, timeout=600, ca_file=paths["ca.pem"], token=token)
 
 
@@ -236,6 +237,7 @@ def run(args: argparse.Namespace) -> int:
         from sapgrid.tools.spawn import SpawnedServer
 
         spawned = SpawnedServer("--default-world", "", "--echo")
+        spawned.wait_kernels()          # (measured once the server's start is over)
         address = spawned.address
         secure_server, secure = _secure_server(tmp.name)
     try:

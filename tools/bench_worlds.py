@@ -82,8 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _cpu_seconds(pid: int) -> float:
     """CPU time of a process's threads, in nanoseconds' precision (Linux /proc/PID/task/*/schedstat;
-    /proc/PID/stat counts in clock ticks of 10 ms, too coarse for a short measure). The server's call
-    threads live as long as the server, so no thread's time is lost between two readings."""
+    /proc/PID/stat counts in clock ticks of 10 ms, too coarse for a short measure). The server's threads
+    live as long as the server once its start is over (the engine's kernels loaded, ``server/kernels.py``:
+    a spawned server is measured only then), so no thread's time is lost between two readings."""
     total = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
@@ -505,6 +506,8 @@ def run(args: argparse.Namespace) -> int:
             spawned = SpawnedServer(*flags, metrics_port=-1)
             address, pids = spawned.address, [spawned.proc.pid]
     try:
+        if spawned is not None or cluster is not None:      # their load's CPU is not a frame's (an external
+            (spawned or cluster).wait_kernels()              # server's: at its start)
         where = f"{replicas} replicas behind HAProxy at {address}" if cluster is not None else address
         print(f"sapgrid bench --server {where}: {args.worlds} worlds x {args.objects} objects x {args.hz:g} Hz "
               f"for {args.seconds:g} s, {'aligned' if getattr(args, 'aligned', False) else 'spread'} phases...",

@@ -12,8 +12,13 @@ import threading
 import time
 
 
+#: the line of ``sapgrid serve`` once the engine's kernels are loaded
+KERNELS_LOADED = "sapgrid: engine kernels loaded"
+
+
 class SpawnedServer:
-    """``python -m sapgrid.server`` on a free loopback port; ``address`` once ready; ``stop()`` = SIGTERM."""
+    """``python -m sapgrid.server`` on a free loopback port; ``address`` once ready; ``stop()`` = SIGTERM.
+    ``kernels_loaded``: set once the server says the engine's kernels are loaded (``server/kernels.py``)."""
 
     def __init__(self, *extra: str, listen: str = "127.0.0.1:0", metrics_port: int = 0, timeout: float = 120.0):
         cmd = [sys.executable, "-m", "sapgrid.server", "--listen", listen, "--metrics-port", str(metrics_port), *extra]
@@ -21,6 +26,7 @@ class SpawnedServer:
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.address = self.metrics_url = None
         self.lines: list[str] = []
+        self.kernels_loaded = threading.Event()
         ready = threading.Event()
 
         def pump():
@@ -32,6 +38,8 @@ class SpawnedServer:
                     if "metrics http" in rest:
                         self.metrics_url = rest.split("metrics ", 1)[1].split(";")[0]
                     ready.set()
+                elif line.startswith(KERNELS_LOADED):
+                    self.kernels_loaded.set()
             ready.set()
 
         self._pump = threading.Thread(target=pump, daemon=True)
@@ -39,6 +47,15 @@ class SpawnedServer:
         if not ready.wait(timeout) or self.address is None:
             self.stop()
             raise RuntimeError("the spawned sapgrid server did not start:\n" + "\n".join(self.lines))
+
+    def wait_kernels(self, timeout: float = 600.0) -> None:
+        """Wait until the server has loaded the engine's kernels (from numba's cache ~1 s; compiled, minutes):
+        what a measure of its frames' CPU must not include. RuntimeError if it does not say so in time."""
+        end = time.monotonic() + timeout
+        while not self.kernels_loaded.wait(0.5):
+            if self.proc.poll() is not None or time.monotonic() > end:
+                raise RuntimeError("the spawned sapgrid server did not load the engine's kernels:\n"
+                                   + "\n".join(self.lines))
 
     def wait(self, timeout: float | None = None) -> int:
         """Wait for the process to exit and for its output to be read into ``lines``."""
@@ -120,6 +137,11 @@ class SpawnedCluster:
         except BaseException:
             self.stop()
             raise
+
+    def wait_kernels(self, timeout: float = 600.0) -> None:
+        """``SpawnedServer.wait_kernels`` of every replica."""
+        for server in self.servers:
+            server.wait_kernels(timeout)
 
     @property
     def pids(self) -> list[int]:
