@@ -71,13 +71,16 @@ class Caller:
     callback) takes its waiting turn, if any, out of the line.
 
     One per call, registered once (``context.add_callback``), so a long stream does not add a callback
-    per frame. context None: a caller that never goes away (in-process use, tests).
+    per frame. context None: a caller that never goes away (in-process use, tests). identity: the call's
+    authenticated identity (``auth.identity``, read once a call: None without auth, whose lookup on the
+    server's call context is a miss that raises and catches an AttributeError, ~1 us of every frame).
     """
 
-    __slots__ = ("context", "runner", "turn", "gone")
+    __slots__ = ("context", "runner", "turn", "gone", "identity")
 
-    def __init__(self, context=None):
+    def __init__(self, context=None, identity=None):
         self.context = context
+        self.identity = identity
         self.runner: WorldRunner | None = None
         self.turn: Turn | None = None
         self.gone = False

@@ -188,7 +188,7 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         deleted and created again since is NOT_FOUND, never written into the new world.
         now: None (nothing done, nothing counted) if the frame cannot be applied at once in this thread
         (``WorldRunner.apply``); the checks before it are repeated when it is applied later."""
-        if getattr(caller.context, auth.ATTR, None) is not None:      # (``require`` is a no-op without auth)
+        if caller.identity is not None:                 # (``require`` is a no-op without auth)
             auth.require(caller.context, auth.WRITER, frame.world, "frame")   # each frame's own world
         try:
             runner = self.registry.get(frame.world)
@@ -214,7 +214,8 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
     def ApplyFrame(self, raw: bytes, context):
         received = time.perf_counter()
         with self.registry.frame_call():
-            runner, applied = self._apply(protocol.parse_frame(raw), received, Caller(context), raw=raw)
+            runner, applied = self._apply(protocol.parse_frame(raw), received, Caller(context, auth.identity(context)),
+                                          raw=raw)
         runner.published(applied)
         return protocol.apply_response(applied)
 
@@ -225,7 +226,7 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
     # (``stream_frames_in_loop``); ``StreamFrames`` is the same in a thread of its own (with tracing on:
     # OpenTelemetry's interceptor wraps methods of one kind).
     def StreamFrames(self, request_iterator, context):
-        caller = Caller(context)
+        caller = Caller(context, auth.identity(context))
         bound = cluster.stream_world(context)  # a stream opened with x-sapgrid-world takes only that world
         generations: dict[str, int] = {}
         with self.registry.frame_call():
@@ -248,7 +249,7 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         """``StreamFrames`` in the server's loop: a frame of at most ``in_loop_frame_bytes`` whose world is
         free is applied here, any other in a thread of the call pool (the loop's executor) while this call
         waits for it; either way in arrival order."""
-        caller = Caller(context)
+        caller = Caller(context, auth.identity(context))
         bound = cluster.stream_world(context)
         generations: dict[str, int] = {}
         loop, in_loop_bytes = asyncio.get_running_loop(), self.in_loop_frame_bytes
