@@ -9,10 +9,11 @@ every stream of every world meanwhile (a 100-object world streaming at 100 Hz: r
 while another world's first frames of 2,000 boxes were applied; 4-5 ms with this module). So the server's
 start calls ``load_all``: for each number of dims a thread that drives scratch worlds of those dims
 through every kind of frame, made and parsed as the service makes and parses them
-(``protocol``: read-only views of the request's bytes, zero-copy views of a big one) and as a snapshot
-gives them (writable arrays): every path of ``World.step`` a frame takes, the digest of a frame's pairs,
-the queries and a snapshot's export. Until it is done, ``ready(dims)`` is False and the loop sends that
-many dims' frames to the pool (``WorldRunner.apply``). Once per process: the kernels stay loaded.
+(``protocol``: read-only views of the request's bytes, zero-copy views of a big one; a restore's batch
+insert takes its arrays read-only too): every path of ``World.step`` a frame takes, the digest of a
+frame's pairs, the queries and a snapshot's export. Until it is done, ``ready(dims)`` is False and the
+loop sends that many dims' frames to the pool (``WorldRunner.apply``). Once per process: the kernels stay
+loaded. ``deploy/warm_cache.py`` runs the same load alone, to fill numba's cache.
 """
 from __future__ import annotations
 
@@ -96,11 +97,11 @@ def _load(dims: int) -> None:
     log.info("kernels of %dD worlds loaded in %.2f s", dims, time.perf_counter() - t0)
 
 
-def _request(dims: int, writable: bool, remove=None, update=None, update_boxes=None, add=None, add_boxes=None,
+def _request(dims: int, remove=None, update=None, update_boxes=None, add=None, add_boxes=None,
              category=None, mask=None, static=None) -> dict:
     """A frame as the service gets it: the request's bytes, parsed (``protocol.parse_frame``) and read into
-    the engine's arrays (``protocol.frame_arrays``: read-only views); ``writable``: copies of them, as a
-    snapshot's decoded arrays are (a restored world's batch insert)."""
+    the engine's arrays (``protocol.frame_arrays``: read-only views; a restore passes its snapshot's
+    arrays read-only as well, ``Registry._fill``)."""
     request = pb.StreamFramesRequest()
     f = request.frame
     f.world, f.seq = "kernels", 1
@@ -109,21 +110,19 @@ def _request(dims: int, writable: bool, remove=None, update=None, update_boxes=N
                          ("add_mask", mask), ("add_static", static)):
         if value is not None:
             setattr(f, field, np.ascontiguousarray(value).tobytes())
-    arrays = protocol.frame_arrays(protocol.parse_frame(request.SerializeToString()), dims)
-    return {k: v.copy() for k, v in arrays.items() if v is not None} if writable else arrays
+    return protocol.frame_arrays(protocol.parse_frame(request.SerializeToString()), dims)
 
 
 def exercise(dims: int, seed: int = 0) -> None:
     """Drive scratch ``dims``-D worlds through every kind of frame a service applies (see the module's
-    docstring), with the service's own arrays and with writable ones, in sparse scenes and in dense ones
-    (deltas of thousands of pairs): what leaves every kernel a frame needs loaded."""
+    docstring), with the service's own arrays, in a sparse scene and in a dense one (deltas of thousands of
+    pairs): what leaves every kernel a frame needs loaded."""
     rng = np.random.default_rng(seed)
-    for writable in (False, True):
-        for dense in (False, True):
-            _scene(dims, rng, writable, dense)
+    for dense in (False, True):
+        _scene(dims, rng, dense)
 
 
-def _scene(dims: int, rng, writable: bool, dense: bool) -> None:
+def _scene(dims: int, rng, dense: bool) -> None:
     import sapcore
 
     n = max(SIZES)
@@ -134,7 +133,7 @@ def _scene(dims: int, rng, writable: bool, dense: bool) -> None:
 
     def step(**frame):
         nonlocal digest
-        delta = world.step(**_request(dims, writable, **frame))
+        delta = world.step(**_request(dims, **frame))
         digest = digest_step(digest, delta.created, delta.deleted)
 
     for k, size in enumerate(reversed(SIZES) if dense else SIZES):     # dense: the big adds into a new world

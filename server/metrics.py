@@ -42,6 +42,7 @@ class Metrics:
             PlatformCollector(registry=reg)
             GCCollector(registry=reg)
             reg.register(GcPauses())
+            reg.register(KernelsLoaded())
         w = ["world"]
         Info("sapgrid_build", "The server's version", registry=reg).info({"version": __version__})
         self.worlds = Gauge("sapgrid_worlds", "Worlds held by the server", registry=reg)
@@ -384,6 +385,24 @@ class GcPauses:
         frozen = GaugeMetricFamily("sapgrid_gc_frozen_objects", "Objects of the server's start left out of every "
                                    "pass of the garbage collector (gc.freeze)", value=gc.get_freeze_count())
         return [pauses, frozen]
+
+
+class KernelsLoaded:
+    """Whether the engine's kernels of each number of dims are loaded in this process (``kernels.py``: in
+    the background as the server starts; compiled into an empty cache after an upgrade, minutes). Until
+    then that many dims' frames are applied in threads of the call pool, never in the server's loop."""
+
+    def describe(self):
+        return self.collect()
+
+    def collect(self):
+        from . import kernels
+
+        loaded = GaugeMetricFamily("sapgrid_engine_kernels_loaded", "1 once the engine's kernels of worlds of "
+                                   "these dims are loaded (0 while they load or compile)", labels=["dims"])
+        for dims in kernels.DIMS:
+            loaded.add_metric([str(dims)], 1.0 if kernels.ready(dims) else 0.0)
+        return [loaded]
 
 
 def _remove(metric, world: str) -> None:

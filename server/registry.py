@@ -97,6 +97,12 @@ class Caller:
             runner._cancel(turn)
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 @dataclass(slots=True)
 class Applied:
     """An applied frame: the engine's Delta, where it stands in the world, the service's seconds.
@@ -664,9 +670,13 @@ class Registry:
         n = len(state.ids)
         if n:
             self.budget.check_adds(runner.name, n)
+            # read-only views, as the arrays of a frame from the wire are: the kernels of those (loaded as
+            # the server starts, see kernels.py) serve a restore too, none compiled for writable arrays
+            ids, boxes, category, mask, static = (_read_only(a) for a in (state.ids, state.boxes, state.category,
+                                                                           state.mask, state.static))
             try:
-                delta = runner.world.step(add_ids=state.ids, add_boxes=state.boxes, add_category=state.category,
-                                          add_mask=state.mask, add_static=state.static)
+                delta = runner.world.step(add_ids=ids, add_boxes=boxes, add_category=category, add_mask=mask,
+                                          add_static=static)
             except SapcoreError as exc:
                 raise InvalidInput(f"snapshot: its objects are not a valid world ({exc})", "chunk") from None
             self.budget.held(runner.name, runner.world.memory_bytes())

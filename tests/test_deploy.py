@@ -517,12 +517,21 @@ def test_healthcheck_script(make_server):
     assert gone.returncode == 1 and "UNAVAILABLE" in gone.stdout
 
 
-def test_warm_cache_script_runs_against_a_server(server):
+def test_warm_cache_script_loads_the_servers_kernels_and_fails_when_they_fail(monkeypatch, capsys):
+    """The image's build step: the kernels a server loads as it starts (``sapgrid.server.kernels``), in a
+    fresh process, into the cache the installed sapcore reads; exit 1 when the load fails."""
+    import sapcore
+
+    out = subprocess.run([sys.executable, str(DEPLOY / "warm_cache.py")], capture_output=True, text=True, timeout=1200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"warm_cache: kernels of {sapcore.__file__} compiled and cached in" in out.stdout
+    assert "kernels of 2D worlds loaded" in out.stderr and "kernels of 3D worlds loaded" in out.stderr
     spec = importlib.util.spec_from_file_location("warm_cache", DEPLOY / "warm_cache.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    for dims in (2, 3):
-        mod.warm(server.address, dims)
+    monkeypatch.setattr(mod.kernels, "wait_all", lambda timeout=None: False)
+    assert mod.main() == 1
+    assert "loading the kernels failed" in capsys.readouterr().err
 
 
 def test_compose_keeps_worlds_on_volumes(docker, compose):

@@ -20,7 +20,7 @@ from sapcore import World
 from sapgrid.client import Client
 from sapgrid.server import kernels
 from sapgrid.tools.spawn import KERNELS_LOADED, SpawnedServer
-from service_helpers import assert_same_pairs, random_boxes
+from service_helpers import assert_same_pairs, metric_value, random_boxes, scrape
 from test_service_concurrency import CFG, ThreadsOfSteps
 
 WORKLOAD = textwrap.dedent(r'''
@@ -32,7 +32,8 @@ WORKLOAD = textwrap.dedent(r'''
     from sapgrid.server import app, config, digest, kernels
 
     def overloads():
-        mods = [importlib.import_module(f"sapcore.kernels.{m.name}") for m in pkgutil.iter_modules(sapcore.kernels.__path__)]
+        mods = [importlib.import_module(f"sapcore.kernels.{m.name}")
+                for m in pkgutil.iter_modules(sapcore.kernels.__path__)]
         out = {}
         for mod in mods + [digest]:
             for k, v in vars(mod).items():
@@ -92,7 +93,8 @@ WORKLOAD = textwrap.dedent(r'''
         after = overloads()
     finally:
         srv.stop(1.0)
-    print(json.dumps({k: sorted(set(v) - set(before.get(k, []))) for k, v in after.items() if set(v) - set(before.get(k, []))}))
+    new = {k: sorted(set(v) - set(before.get(k, []))) for k, v in after.items()}
+    print(json.dumps({k: v for k, v in new.items() if v}))
 ''')
 
 
@@ -162,3 +164,16 @@ def test_sapgrid_serve_says_when_the_kernels_are_loaded():
         assert any(line.startswith(KERNELS_LOADED) for line in srv.lines), srv.lines
     finally:
         srv.stop()
+
+
+def test_the_metrics_say_which_kernels_are_loaded(make_server, monkeypatch):
+    """``sapgrid_engine_kernels_loaded{dims}``: 1 once loaded, 0 while they load (frames then in the pool)."""
+    srv = make_server(default_world="")
+    assert kernels.wait_all(600)
+    text = scrape(srv.metrics_url)
+    assert metric_value(text, "sapgrid_engine_kernels_loaded", dims="2") == 1
+    assert metric_value(text, "sapgrid_engine_kernels_loaded", dims="3") == 1
+    monkeypatch.setitem(kernels._ready, 3, False)
+    text = scrape(srv.metrics_url)
+    assert metric_value(text, "sapgrid_engine_kernels_loaded", dims="3") == 0
+    assert metric_value(text, "sapgrid_engine_kernels_loaded", dims="2") == 1

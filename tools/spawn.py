@@ -48,9 +48,10 @@ class SpawnedServer:
             self.stop()
             raise RuntimeError("the spawned sapgrid server did not start:\n" + "\n".join(self.lines))
 
-    def wait_kernels(self, timeout: float = 600.0) -> None:
-        """Wait until the server has loaded the engine's kernels (from numba's cache ~1 s; compiled, minutes):
-        what a measure of its frames' CPU must not include. RuntimeError if it does not say so in time."""
+    def wait_kernels(self, timeout: float = 1800.0) -> None:
+        """Wait until the server has loaded the engine's kernels (from numba's cache ~1 s; compiled into an
+        empty cache, ~8 minutes on 2 cores): what a measure of its frames' CPU must not include.
+        RuntimeError if it does not say so in time."""
         end = time.monotonic() + timeout
         while not self.kernels_loaded.wait(0.5):
             if self.proc.poll() is not None or time.monotonic() > end:
@@ -138,7 +139,7 @@ class SpawnedCluster:
             self.stop()
             raise
 
-    def wait_kernels(self, timeout: float = 600.0) -> None:
+    def wait_kernels(self, timeout: float = 1800.0) -> None:
         """``SpawnedServer.wait_kernels`` of every replica."""
         for server in self.servers:
             server.wait_kernels(timeout)
