@@ -2,10 +2,10 @@
 
 sapcore's kernels are compiled on first use and cached on disk (``cache=True``). A server loads the
 kernels its frames, queries and snapshots need as it starts (``sapgrid.server.kernels``: scratch worlds of
-2 and 3 dims driven through every kind of frame, with the arrays the service decodes from the wire and
-the writable ones a snapshot gives; a test checks that a varied client workload needs no other kernel);
-from an empty cache that takes minutes, from a filled one about a second. This script runs that same load,
-without a server, so an image's first start only reads the cache.
+2 and 3 dims driven through every kind of frame, with the read-only arrays the service decodes from the
+wire; a test checks that a varied client workload needs no other kernel): from an empty cache that takes
+~8 minutes on 2 cores, from a filled one about a second. This script runs that same load, without a
+server, so an image's first start only reads the cache.
 
 The cache is keyed by the CPU it was compiled for: on a machine with another CPU model the kernels
 are compiled again on first use (and cached again if the directory is writable).

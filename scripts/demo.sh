@@ -5,4 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+# the kernels the server loads as it starts, into numba's cache first: with an empty cache the server would
+# compile them while the demo's first frames wait
+echo "demo: the engine's kernels into numba's cache (a second or two; the first run compiles them, ~8 min on 2 cores)"
+.venv/bin/python deploy/warm_cache.py
 exec .venv/bin/sapgrid demo --spawn-server "$@"
