@@ -138,6 +138,13 @@ class CallContext:
         done.add_done_callback(_ended_by_abort)
         self._loop.call_soon_threadsafe(self._task.cancel)
 
+    def send_initial_metadata(self, metadata=()) -> None:
+        """Send the call's response headers now (from a thread of the pool: sent by the loop, waited for)."""
+        if self._in_loop:
+            raise RuntimeError("a method in the loop awaits its context's send_initial_metadata itself")
+        if not self._task.done():
+            asyncio.run_coroutine_threadsafe(self._context.send_initial_metadata(tuple(metadata)), self._loop).result()
+
     def set_code(self, code: grpc.StatusCode) -> None:
         self._code = code
         self._context.set_code(code)

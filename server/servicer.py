@@ -392,6 +392,9 @@ class SapgridServicer(pb_grpc.SapgridServiceServicer):
         except Exception as exc:
             abort(context, exc)
         context.add_callback(sub.end)                   # the client went away: wake this thread
+        # the response headers say "subscribed": a client that waits for them sees every frame applied after
+        # (the Python client's ``subscribe`` returns only then)
+        context.send_initial_metadata(())
         try:
             while (applied := sub.next()) is not None:
                 yield protocol.subscribe_response(applied)

@@ -477,3 +477,27 @@ def test_streams_whose_connection_drops_mid_stream_leave_the_server_serving(make
         _wait_slots_free(srv)
         reply = health_pb2_grpc.HealthStub(direct.channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=30)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_subscription_sees_every_frame_applied_once_subscribe_returns(make_server, monkeypatch):
+    """``Client.subscribe`` returns once the server has registered the subscriber (Subscribe's response
+    headers): a frame applied right after is in it, however late the server registers it (here 0.5 s)."""
+    from sapgrid.server import registry
+
+    register = registry.WorldRunner.subscribe
+
+    def late(self, region=None):
+        time.sleep(0.5)
+        return register(self, region)
+
+    monkeypatch.setattr(registry.WorldRunner, "subscribe", late)
+    srv = make_server(default_world="")
+    with Client(srv.address) as c:
+        c.create_world("w", CFG)
+        sub = c.subscribe("w", timeout=60)
+        d = c.step("w", add_ids=[1, 2], add_boxes=[[0, 0, 2, 2], [1, 1, 3, 3]])
+        assert d.created.tolist() == [[1, 2]]
+        assert next(sub).created.tolist() == [[1, 2]]
+        sub.cancel()
+        with pytest.raises(NotFound):
+            next(c.subscribe("nowhere", timeout=60))

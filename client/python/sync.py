@@ -216,13 +216,16 @@ class Client(Calls):
         return info_from(resp.world)
 
     def subscribe(self, world: str, timeout: float | None = None, *, region=None) -> Subscription:
-        """Iterator of every RemoteDelta the world produces from now on; ``.cancel()`` ends it.
+        """Iterator of every RemoteDelta the world produces from now on; ``.cancel()`` ends it. Returns once
+        the server has registered the subscriber (its response headers): every frame applied after that is
+        in it. A refusal (no such world, a bad region) is raised by the first ``next``.
 
         region (2*dims values, mins then maxs): only the pairs entering (created) and leaving (deleted)
         the view of pairs with an object whose box intersects the region; the first delta carries the
         whole view as created."""
-        return Subscription(self.stub.Subscribe(subscribe_request(world, region), timeout=timeout,
-                                   metadata=world_metadata(world)))
+        call = self.stub.Subscribe(subscribe_request(world, region), timeout=timeout, metadata=world_metadata(world))
+        call.initial_metadata()         # (also returns when the call ended: its error comes with the first next)
+        return Subscription(call)
 
     def close(self) -> None:
         self.channel.close()

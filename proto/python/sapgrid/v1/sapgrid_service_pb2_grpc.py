@@ -173,8 +173,10 @@ class SapgridServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Subscribe(self, request, context):
-        """Every delta the world produces from now on, in frame order, for observers. A subscriber that
-        falls too far behind is dropped with RESOURCE_EXHAUSTED; the stream ends when the world is deleted.
+        """Every delta the world produces from now on, in frame order, for observers. The response headers
+        are sent once the subscriber is registered: every frame applied after them is in the stream. A
+        subscriber that falls too far behind is dropped with RESOURCE_EXHAUSTED; the stream ends when the
+        world is deleted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
