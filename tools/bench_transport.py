@@ -144,13 +144,9 @@ def main(argv=None) -> int:
     limit = max(64 << 20, args.bytes + 1024)
     sync = SpawnedServer("--default-world", "", "--echo", "--metrics-port", "-1", "--max-message-bytes", str(limit),
                          "--worker-threads", str(max(256, args.streams + 8)))
-    try:
-        sync.wait_kernels()             # (the load's threads end: their CPU would leave the measure's readings)
-    except BaseException:
-        sync.stop()
-        raise
     servers = {"sync": (sync.address, sync.proc.pid)}
     try:
+        sync.wait_kernels()             # (the load's threads end: their CPU would leave the measure's readings)
         aio = _AioServer(limit)
     except BaseException:
         sync.stop()
