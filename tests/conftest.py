@@ -8,6 +8,7 @@ the end of the test. Tests create uniquely named worlds (``world_name``) so they
 from __future__ import annotations
 
 import re
+import time
 import uuid
 
 import numpy as np
@@ -57,6 +58,21 @@ def make_server():
     yield make
     for s in made:
         s.stop()
+
+
+@pytest.fixture
+def late_subscribers(monkeypatch):
+    """Every server of this test registers each subscriber 0.5 s late: a client's subscribe must wait for
+    the registration (Subscribe's response headers) or miss the frames sent meanwhile."""
+    from sapgrid.server import registry
+
+    register = registry.WorldRunner.subscribe
+
+    def late(self, region=None):
+        time.sleep(0.5)
+        return register(self, region)
+
+    monkeypatch.setattr(registry.WorldRunner, "subscribe", late)
 
 
 @pytest.fixture

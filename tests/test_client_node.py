@@ -190,10 +190,19 @@ def test_node_client_against_a_real_server(server, tmp_path):
     env = {"SAPGRID_ADDRESS": server.address, "SAPGRID_VECTORS": str(tmp_path)}
     if not digests:
         env["SAPGRID_ALLOW_ZERO_DIGEST"] = "1"     # a server from before Delta.pairs_digest
-    out = _run_node_tests(["codec.test.mjs", "client.test.mjs", "conformance.test.mjs"], env)
-    assert _tap_counts(out)["pass"] >= 17, out[-3000:]
+    out = _run_node_tests(["codec.test.mjs", "client.test.mjs", "conformance.test.mjs", "subscribe.test.mjs"], env)
+    assert _tap_counts(out)["pass"] >= 19, out[-3000:]
     for name in ("python-parity-2d", "python-parity-3d", "node-basic-2d"):
         assert re.search(rf"^ok \d+ - vector {name}$", out, re.M), out[-3000:]
+
+
+def test_node_subscription_is_ready_once_the_server_registered_it(make_server, late_subscribers):
+    """``await sub.ready`` against a server that registers subscribers 0.5 s late: a frame sent as soon as
+    it resolves is still the subscription's first delta (client/node/test/subscribe.test.mjs)."""
+    _need_node()
+    srv = make_server(default_world="")
+    out = _run_node_tests(["subscribe.test.mjs"], {"SAPGRID_ADDRESS": srv.address})
+    assert _tap_counts(out)["pass"] == 2, out[-3000:]
 
 
 def test_node_client_resumes_writer_streams(tmp_path):

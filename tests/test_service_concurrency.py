@@ -5,6 +5,7 @@ A ``GatedWorld`` wraps the real sapcore.World so a test can hold a world's worke
 """
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sapcore import World, WorldConfig
-from sapgrid.client import Client
+from sapgrid.client import AsyncClient, Client
 from sapgrid.client.errors import DeadlineExceeded, NotFound, ResourceExhausted, Unavailable
 from sapgrid.server import kernels
 from service_helpers import assert_same_pairs, metric_value, random_boxes, scrape
@@ -479,18 +480,9 @@ def test_streams_whose_connection_drops_mid_stream_leave_the_server_serving(make
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_a_subscription_sees_every_frame_applied_once_subscribe_returns(make_server, monkeypatch):
+def test_a_subscription_sees_every_frame_applied_once_subscribe_returns(make_server, late_subscribers):
     """``Client.subscribe`` returns once the server has registered the subscriber (Subscribe's response
     headers): a frame applied right after is in it, however late the server registers it (here 0.5 s)."""
-    from sapgrid.server import registry
-
-    register = registry.WorldRunner.subscribe
-
-    def late(self, region=None):
-        time.sleep(0.5)
-        return register(self, region)
-
-    monkeypatch.setattr(registry.WorldRunner, "subscribe", late)
     srv = make_server(default_world="")
     with Client(srv.address) as c:
         c.create_world("w", CFG)
@@ -501,3 +493,43 @@ def test_a_subscription_sees_every_frame_applied_once_subscribe_returns(make_ser
         sub.cancel()
         with pytest.raises(NotFound):
             next(c.subscribe("nowhere", timeout=60))
+
+
+def test_an_async_subscription_sees_every_frame_applied_once_awaited(make_server, late_subscribers):
+    """``await AsyncClient.subscribe(...)`` returns once the server has registered the subscriber, as the
+    sync client's does; a refusal comes with the first delta; ``async for`` over it without the await works."""
+    srv = make_server(default_world="")
+
+    async def main():
+        async with AsyncClient(srv.address) as c:
+            await c.create_world("w", CFG)
+            sub = await c.subscribe("w", timeout=60)
+            d = await c.step("w", add_ids=[1, 2], add_boxes=[[0, 0, 2, 2], [1, 1, 3, 3]])
+            assert d.created.tolist() == [[1, 2]]
+            assert (await sub.__anext__()).created.tolist() == [[1, 2]]
+            sub.cancel()
+            with pytest.raises(StopAsyncIteration):
+                await sub.__anext__()
+            missing = await c.subscribe("nowhere", timeout=60)
+            with pytest.raises(NotFound):
+                await missing.__anext__()
+            idle = await c.subscribe("w", timeout=60)       # cancel() ends a loop waiting for a delta
+            asyncio.get_running_loop().call_later(0.05, idle.cancel)
+            assert [d async for d in idle] == []
+            watched = []
+
+            async def watch():
+                async for delta in c.subscribe("w", timeout=60):
+                    watched.append(delta.frame)
+                    return
+
+            task = asyncio.create_task(watch())
+            while (await c.get_world("w")).subscribers < 1:
+                await asyncio.sleep(0.01)
+            await c.step("w", remove_ids=[2])
+            await asyncio.wait_for(task, 60)
+            assert watched == [2]
+            while (await c.get_world("w")).subscribers:     # left the loop: the subscription is dropped
+                await asyncio.sleep(0.01)
+
+    asyncio.run(asyncio.wait_for(main(), 120))

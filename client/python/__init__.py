@@ -14,10 +14,10 @@ message, ``field`` and ``index`` (a rejected frame of a stream raises from ``rec
 stream stays usable).
 """
 from ._calls import DEFAULT_ADDRESS, DEFAULT_MAX_MESSAGE_BYTES, channel_options
-from .aio import AsyncClient, AsyncFrameStream
+from .aio import AsyncClient, AsyncFrameStream, AsyncSubscription
 from .codec import FrameStats, RemoteDelta, WorldConfig, WorldInfo
 from .errors import SapgridError
 from .sync import Client, FrameStream, Subscription
 
-__all__ = ["AsyncClient", "AsyncFrameStream", "Client", "DEFAULT_ADDRESS", "DEFAULT_MAX_MESSAGE_BYTES", "FrameStats",
-           "FrameStream", "RemoteDelta", "SapgridError", "Subscription", "WorldConfig", "WorldInfo", "channel_options"]
+__all__ = ["AsyncClient", "AsyncFrameStream", "AsyncSubscription", "Client", "DEFAULT_ADDRESS", "DEFAULT_MAX_MESSAGE_BYTES",
+           "FrameStats", "FrameStream", "RemoteDelta", "SapgridError", "Subscription", "WorldConfig", "WorldInfo", "channel_options"]

@@ -1,5 +1,8 @@
-"""The asyncio client: ``AsyncClient`` (the methods of ``Client`` as coroutines) and ``AsyncFrameStream``."""
+"""The asyncio client: ``AsyncClient`` (the methods of ``Client`` as coroutines), ``AsyncFrameStream`` and
+``AsyncSubscription``."""
 from __future__ import annotations
+
+import asyncio
 
 import grpc
 import numpy as np
@@ -66,6 +69,58 @@ class AsyncFrameStream:
         await self.close()
 
 
+class AsyncSubscription:
+    """A world's RemoteDeltas (asyncio): ``async for d in sub``; ``cancel()`` ends it, and so does
+    ``aclose()`` or dropping it. Awaiting it waits for the server to register the subscriber (Subscribe's
+    response headers) and returns it; a refusal (no such world, a bad region) is raised by the first delta."""
+
+    def __init__(self, call):
+        self._call = call
+        self._cancelled = False
+
+    def __await__(self):
+        return self._registered().__await__()
+
+    async def _registered(self) -> AsyncSubscription:
+        try:
+            await self._call.initial_metadata()
+        except grpc.RpcError:
+            pass                        # the call ended: its error comes with the first delta
+        return self
+
+    def __aiter__(self) -> AsyncSubscription:
+        return self
+
+    async def __anext__(self) -> RemoteDelta:
+        if self._cancelled:
+            raise StopAsyncIteration
+        try:
+            resp = await self._call.read()
+        except asyncio.CancelledError:
+            if self._cancelled:         # cancel() while this read waited (a task cancelled goes on up)
+                raise StopAsyncIteration from None
+            raise
+        except grpc.RpcError as err:
+            self._call.cancel()
+            if is_cancelled(err):
+                raise StopAsyncIteration from None
+            raise from_rpc_error(err) from None
+        if resp is grpc.aio.EOF:
+            raise StopAsyncIteration
+        return delta_from(resp.delta)
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        self._call.cancel()
+
+    async def aclose(self) -> None:
+        self.cancel()
+
+    def __del__(self):                  # a loop left with break or return drops its subscription here
+        if not self._call.done():
+            self._call.cancel()
+
+
 class AsyncClient(Calls):
     """asyncio client with the same methods as ``Client`` (coroutines)."""
 
@@ -122,18 +177,13 @@ class AsyncClient(Calls):
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
-    async def subscribe(self, world: str, timeout: float | None = None, *, region=None):
-        """Async iterator of the world's RemoteDeltas (with region: of its view's changes, as Client.subscribe)."""
-        call = self.stub.Subscribe(subscribe_request(world, region), timeout=timeout,
-                                   metadata=world_metadata(world))
-        try:
-            async for resp in call:
-                yield delta_from(resp.delta)
-        except grpc.RpcError as err:
-            if not is_cancelled(err):
-                raise from_rpc_error(err) from None
-        finally:
-            call.cancel()
+    def subscribe(self, world: str, timeout: float | None = None, *, region=None) -> AsyncSubscription:
+        """Async iterator of the world's RemoteDeltas (with region: of its view's changes, as
+        ``Client.subscribe``). ``sub = await client.subscribe(world)`` returns once the server has registered
+        the subscriber: every frame applied after that is in it. ``async for d in client.subscribe(world)``
+        works too (it waits at the first delta)."""
+        return AsyncSubscription(self.stub.Subscribe(subscribe_request(world, region), timeout=timeout,
+                                                     metadata=world_metadata(world)))
 
     async def close(self) -> None:
         await self.channel.close()
@@ -145,4 +195,4 @@ class AsyncClient(Calls):
         await self.close()
 
 
-__all__ = ["AsyncClient", "AsyncFrameStream"]
+__all__ = ["AsyncClient", "AsyncFrameStream", "AsyncSubscription"]

@@ -24,6 +24,7 @@ console.log((await c.query(world, [0, 0, 4, 4])).ids);  // BigUint64Array [1n]
 const pairs = await c.pairs(world);                      // all active pairs (streamed in chunks)
 console.log(pairsDigest(pairs) === digest);              // true
 const sub = c.subscribe(world);                          // every delta of the world, for observers
+await sub.ready;                                         // registered: every frame from now on is in it
 setTimeout(() => sub.cancel(), 100);
 for await (const delta of sub) console.log(delta.frame); // (none here: cancelled, the loop ends)
 await c.deleteWorld(world);

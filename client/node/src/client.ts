@@ -73,9 +73,15 @@ export interface PairsPage {
 
 /**
  * Every delta of a world from now on: `for await (const d of sub)`. `sub.cancel()` ends it, and so does
- * leaving the loop (break, return, throw): the server drops the subscriber then.
+ * leaving the loop (break, return, throw): the server drops the subscriber then. `await sub.ready` waits
+ * until the server has registered the subscriber: every frame applied after that is in it.
  */
 export class Subscription implements AsyncIterable<Delta>, AsyncIterator<Delta> {
+  /**
+   * Resolves once the server has registered the subscriber (Subscribe's response headers), or once the
+   * call ended (never rejects: a refusal, e.g. no such world, comes with the first `next()`).
+   */
+  readonly ready: Promise<void>;
   private cancelled = false;
   private readonly queue: Delta[] = [];
   private waiter: { resolve: (r: IteratorResult<Delta>) => void; reject: (e: SapgridError) => void } | undefined;
@@ -83,6 +89,10 @@ export class Subscription implements AsyncIterable<Delta>, AsyncIterator<Delta> 
   private error: SapgridError | undefined;
 
   constructor(private readonly call: grpc.ClientReadableStream<SubscribeResponse__Output>) {
+    this.ready = new Promise((resolve) => {
+      call.once("metadata", () => resolve());
+      call.once("status", () => resolve());
+    });
     call.on("data", (r: SubscribeResponse__Output) => this.push(deltaFrom(r.delta!)));
     call.on("error", (e: grpc.ServiceError) => this.finish(this.cancelled ? undefined : fromServiceError(e)));
     // grpc-js ends the readable side just before it emits a failed call's error: the end waits a turn.
@@ -411,6 +421,7 @@ export class Client {
   /**
    * Every delta the world produces from now on (async iterable); with a region (2*dims numbers), the
    * pairs entering and leaving the view of pairs with an object in it (the first delta holds the view).
+   * `await sub.ready` before sending the frames it must see: the server registers it after this returns.
    */
   subscribe(world: string, opts: { region?: ReadonlyArray<number>; timeoutMs?: number } = {}): Subscription {
     const region = opts.region ? regionValues(opts.region) : [];
