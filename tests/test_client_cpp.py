@@ -75,8 +75,19 @@ def test_example_streams_moving_boxes_and_checks_its_pairs(binaries, server, wor
     assert out.returncode == 0, out.stdout + out.stderr
     assert "sapgrid_example: ok: 300 frames of 200 moving boxes" in out.stdout
     assert "ListPairs == deltas == brute force" in out.stdout
+    assert "subscription: 300 deltas == the stream's answers, byte for byte" in out.stdout
     with Client(server.address) as c, pytest.raises(NotFound):
         c.get_world(world_name)                                  # the example deleted its world
+
+
+def test_example_subscription_sees_every_frame_however_late_the_server_registers_it(binaries, make_server,
+                                                                                     late_subscribers, world_name):
+    """``Client::subscribe`` returns once the server has registered the subscriber (its response headers):
+    against a server that registers it 0.5 s late, the example's first frames are still in it."""
+    srv = make_server(default_world="")
+    out = _run([binaries["example"], "--server", srv.address, "--frames", 40, "--objects", 50, "--world", world_name])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "subscription: 40 deltas == the stream's answers, byte for byte" in out.stdout
 
 
 def test_example_reports_bad_arguments_and_failed_calls(binaries, server, world_name):
@@ -100,6 +111,7 @@ def test_example_streams_as_a_writer_and_its_last_frame_sent_again_is_answered_n
     assert "sapgrid_example: ok: 120 frames of 150 moving boxes" in out.stdout
     assert "writer match-42: frame 120 sent again: the identical Delta" in out.stdout
     assert "world still at 120 frames" in out.stdout
+    assert "subscription: 120 deltas == the stream's answers" in out.stdout      # the frame sent again: no delta
     with Client(server.address) as c:
         info = c.get_world(world_name)                           # kept: seen from the Python client too
         assert info.frames == 120 and info.writers == {"match-42": 120}

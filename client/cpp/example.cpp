@@ -11,17 +11,24 @@
 // and leave the world's frame counter, pairs and the writer's seq as they were. --keep-world leaves the
 // world on the server (default: deleted at the end).
 //
+// An observer subscribes to the world before the first frame (Client::subscribe returns once the server
+// has registered the subscriber) and reads its deltas in a thread of its own: they must be the stream's
+// answers, every one, byte for byte (a frame sent again by its writer is answered, not applied: no delta).
+//
 //   sapgrid_example --server 127.0.0.1:50051 [--frames 300] [--objects 200] [--window 4]
 //                   [--world NAME] [--writer NAME] [--keep-world]
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <iostream>
+#include <mutex>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sapgrid/client.hpp"
@@ -174,6 +181,55 @@ class Scene {
   uint64_t next_id_ = 0;
 };
 
+// An observer of a world: a subscription opened now, whose deltas (serialized) a thread of its own keeps
+// until it has `count` of them or the subscription ends.
+class Observer {
+ public:
+  Observer(sapgrid::Client& client, const std::string& world, int count)
+      : sub_(client.subscribe(world)), count_(count), thread_([this] { run(); }) {}
+  ~Observer() { stop(); }
+  Observer(const Observer&) = delete;
+  Observer& operator=(const Observer&) = delete;
+
+  // Wait at most `patience` for the `count` deltas, end the subscription, and return the deltas seen.
+  const std::vector<std::string>& wait(std::chrono::seconds patience) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, patience, [this] { return done_; });
+    }
+    stop();
+    return deltas_;
+  }
+  const std::string& error() const { return error_; }  // (once waited) the Error that ended it, if any
+
+ private:
+  void run() {
+    try {
+      sapgrid::v1::Delta d;
+      while (static_cast<int>(deltas_.size()) < count_ && sub_.next(&d)) deltas_.push_back(d.SerializeAsString());
+    } catch (const sapgrid::Error& e) {
+      error_ = e.what();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  void stop() {
+    if (thread_.joinable()) {
+      sub_.cancel();
+      thread_.join();
+    }
+  }
+  sapgrid::Subscription sub_;
+  const int count_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::vector<std::string> deltas_;
+  std::string error_;
+  std::thread thread_;  // last: it starts once the members it uses are made
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -205,6 +261,8 @@ int main(int argc, char** argv) {
     std::deque<std::vector<Body>> sent;  // the bodies after each frame in flight
     sapgrid::v1::StreamFramesRequest last_request;   // the last frame sent, and the Delta of its answer
     std::string last_delta, resent;
+    std::vector<std::string> answers;  // every frame's Delta, serialized
+    Observer observer(client, args.world, args.frames);
     auto start = std::chrono::steady_clock::now();
     {
       // With a writer, the stream gives each frame the writer and its next seq (1, 2, ... in a new world).
@@ -258,7 +316,8 @@ int main(int argc, char** argv) {
           failure = "pairs_digest " + std::to_string(d.pairs_digest()) + " != " + std::to_string(digest);
         }
         if (!failure.empty()) failure = "frame " + std::to_string(k + 1) + ": " + failure;
-        if (answered == args.frames) last_delta = d.SerializeAsString();
+        answers.push_back(d.SerializeAsString());
+        if (answered == args.frames) last_delta = answers.back();
       }
       if (!args.writer.empty() && failure.empty()) {
         // The last frame again: answered with its first Delta, byte for byte; nothing applied again.
@@ -284,6 +343,14 @@ int main(int argc, char** argv) {
                   std::to_string(args.frames) + ", " + std::to_string(args.frames) + ", " + std::to_string(digest) + ")";
       }
     }
+    const std::vector<std::string>& observed = observer.wait(std::chrono::seconds(60));
+    if (failure.empty() && !observer.error().empty()) failure = "the subscription ended: " + observer.error();
+    if (failure.empty() && observed != answers) {
+      size_t k = 0;
+      while (k < observed.size() && k < answers.size() && observed[k] == answers[k]) ++k;
+      failure = "the subscription's " + std::to_string(observed.size()) + " deltas are not the stream's " +
+                std::to_string(answers.size()) + " answers (first difference at frame " + std::to_string(k + 1) + ")";
+    }
     std::string listed = client.list_pairs(args.world, 64);
     sapgrid::U64Rows rows = sapgrid::pair_rows(listed);
     std::vector<sapgrid::Pair> final_pairs;
@@ -307,6 +374,7 @@ int main(int argc, char** argv) {
                 args.frames, scene.bodies().size(), seconds, args.frames / seconds, args.window,
                 static_cast<unsigned long long>(created_total), static_cast<unsigned long long>(deleted_total),
                 final_pairs.size(), static_cast<unsigned long long>(in_place), static_cast<unsigned long long>(fields));
+    std::printf("sapgrid_example: subscription: %zu deltas == the stream's answers, byte for byte\n", observed.size());
     if (!args.writer.empty()) {
       std::printf("sapgrid_example: writer %s: frame %d sent again: the identical Delta (%zu bytes), world still at "
                   "%d frames\n", args.writer.c_str(), args.frames, resent.size(), args.frames);

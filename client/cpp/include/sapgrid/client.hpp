@@ -1,6 +1,7 @@
 // sapgrid::Client: a small header-only C++17 client of the sapgrid contract (proto/sapgrid/v1), for
 // native game servers. Worlds are created and deleted, frames go through one StreamFrames stream
-// (answers in order; send may run ahead of recv), and pairs are read with ListPairs (every page).
+// (answers in order; send may run ahead of recv), pairs are read with ListPairs (every page), and
+// observers follow a world's deltas with a Subscription.
 //
 // Bulk fields are little-endian bytes (frame.proto). This header targets little-endian hosts, where
 // the wire layout is the memory layout: U64Rows reads a pairs field in place as uint64 rows when its
@@ -18,6 +19,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/error_details.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -274,6 +276,65 @@ class FrameStream {
   uint64_t next_seq_;
 };
 
+// One Subscribe call: every Delta of a world from the moment the server registered the subscriber.
+// Client::subscribe returns only then (the call's response headers), so every frame applied after it
+// returns is in the subscription. next() blocks for the next Delta; it returns false once the
+// subscription is cancelled (cancel(), from any thread, also ends a next() that waits) and throws the
+// Error that ended it otherwise (NOT_FOUND: no such world, or the world was deleted; RESOURCE_EXHAUSTED:
+// the subscriber fell too far behind and was dropped; DEADLINE_EXCEEDED with a timeout).
+class Subscription {
+ public:
+  Subscription(v1::SapgridService::Stub* stub, const std::string& world, const std::vector<double>& region,
+               std::chrono::milliseconds timeout)
+      : ctx_(std::make_unique<grpc::ClientContext>()) {
+    if (!world.empty()) ctx_->AddMetadata("x-sapgrid-world", world);
+    if (timeout.count() > 0) ctx_->set_deadline(std::chrono::system_clock::now() + timeout);
+    v1::SubscribeRequest req;
+    req.set_world(world);
+    for (double v : region) req.add_region(v);
+    reader_ = stub->Subscribe(ctx_.get(), req);
+    reader_->WaitForInitialMetadata();  // (also returns when the call ended: its error comes with next())
+  }
+  ~Subscription() {
+    if (reader_ && !finished_) {
+      ctx_->TryCancel();
+      v1::SubscribeResponse drain;
+      while (reader_->Read(&drain)) {
+      }
+      reader_->Finish();
+    }
+  }
+  Subscription(const Subscription&) = delete;
+  Subscription& operator=(const Subscription&) = delete;
+  Subscription(Subscription&&) = default;
+
+  // The next Delta into *delta: true; false once the subscription was cancelled. Throws the Error that
+  // ended it otherwise.
+  bool next(v1::Delta* delta) {
+    if (finished_) return false;
+    v1::SubscribeResponse resp;
+    if (reader_->Read(&resp)) {
+      *delta = std::move(*resp.mutable_delta());
+      return true;
+    }
+    finished_ = true;
+    grpc::Status st = reader_->Finish();
+    if (*cancelled_ || st.ok()) return false;
+    throw Error::from_status("Subscribe", st);
+  }
+  // End the subscription (the server drops the subscriber); a next() waiting in another thread returns false.
+  void cancel() {
+    *cancelled_ = true;
+    ctx_->TryCancel();
+  }
+
+ private:
+  std::unique_ptr<grpc::ClientContext> ctx_;
+  std::unique_ptr<grpc::ClientReader<v1::SubscribeResponse>> reader_;
+  std::unique_ptr<std::atomic<bool>> cancelled_ = std::make_unique<std::atomic<bool>>(false);
+  bool finished_ = false;
+};
+
 class Client {
  public:
   explicit Client(const std::string& address, std::chrono::milliseconds timeout = std::chrono::seconds(60))
@@ -327,6 +388,15 @@ class Client {
     const auto& seqs = info.stats().writers();
     const auto at = seqs.find(writer);
     return FrameStream(stub_.get(), world, timeout, writer, at == seqs.end() ? 1 : at->second + 1);
+  }
+
+  // Every Delta of `world` from now on (see Subscription): returns once the server has registered it.
+  // region: 2*dims values (all mins, then all maxs) for the pairs entering and leaving the view of pairs
+  // with an object whose box meets it (the first Delta holds the whole view); empty: the whole world.
+  // timeout: the subscription's deadline (0: none).
+  Subscription subscribe(const std::string& world, const std::vector<double>& region = {},
+                         std::chrono::milliseconds timeout = std::chrono::milliseconds::zero()) {
+    return Subscription(stub_.get(), world, region, timeout);
   }
 
   // One frame with the unary ApplyFrame call. A refused frame throws its Error, with the field and row of
