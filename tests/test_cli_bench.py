@@ -83,3 +83,22 @@ def test_the_durability_round_trips_take_the_servers_in_turn_on_the_same_frames(
     finally:
         for c in clients.values():
             c.close()
+
+
+def test_the_durability_bench_measures_servers_that_loaded_their_kernels_and_reads_their_output(tmp_path):
+    """``--data-dir-compare``'s servers (``bench_durable._spawn``): returned once the engine's kernels are
+    loaded, their output read to the end meanwhile (300 worlds made and deleted log ~180 KB; a pipe left
+    unread fills at 64 KiB and stalls the server's calls)."""
+    from sapgrid.tools import bench_durable as bd
+    from sapgrid.tools.spawn import KERNELS_LOADED
+
+    proc, address, listening_s, lines = bd._spawn("--data-dir", str(tmp_path / "d"))
+    try:
+        assert listening_s > 0 and any(line.startswith(KERNELS_LOADED) for line in lines), lines
+        with Client(address, timeout=30) as c:
+            for k in range(300):
+                c.create_world(f"w{k}", dims=2)
+                c.delete_world(f"w{k}")
+    finally:
+        bd._stop(proc)
+    assert sum("world 'w299' deleted" in line for line in lines) == 1

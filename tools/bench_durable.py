@@ -36,7 +36,9 @@ import numpy as np
 from sapgrid.client import Client
 
 from . import bench_server as bs
+from .spawn import KERNELS_LOADED
 
+KERNELS_TIMEOUT_S = 1800.0     # a spawned server's kernel load (~1 s from numba's cache; ~8 min into an empty one)
 RTT_BLOCK = 20                 # ticks a server streams before the next one's turn
 RTT_BLOCKS_PER_ROUND = 5
 RTT_WARM = 10                  # first ticks of each stream, not counted (JIT paths, connection windows)
@@ -45,7 +47,10 @@ TARGETS = dict(rtt_ratio=1.10, fps_ratio=0.9, snapshot_ms=50.0, restore_ticks=5.
 
 
 def _spawn(*flags: str) -> tuple[subprocess.Popen, str, float, list]:
-    """A server process; (process, address, seconds to listening, its log lines so far)."""
+    """A server process; (process, address, seconds to listening, its log lines: the list goes on filling).
+    Returns once the server has loaded the engine's kernels (``spawn.KERNELS_LOADED``): its measures
+    never include the load. A thread reads the server's output to its end (an unread pipe that fills up
+    would stall the server's logging, and its frames with it)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "sapgrid.server", "--listen", "127.0.0.1:0", "--metrics-port", "-1",
                              "--default-world", "", *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -54,9 +59,29 @@ def _spawn(*flags: str) -> tuple[subprocess.Popen, str, float, list]:
     for line in proc.stdout:
         lines.append(line.rstrip("\n"))
         if "listening on " in line:
-            return proc, line.split("listening on ", 1)[1].split()[0], time.perf_counter() - t0, lines
-    proc.wait(30)
-    raise RuntimeError("the server did not start:\n" + "\n".join(lines))
+            address, listening_s = line.split("listening on ", 1)[1].split()[0], time.perf_counter() - t0
+            break
+    else:
+        proc.wait(30)
+        raise RuntimeError("the server did not start:\n" + "\n".join(lines))
+    loaded = threading.Event()
+
+    def pump():
+        try:
+            for rest in proc.stdout:
+                lines.append(rest.rstrip("\n"))
+                if rest.startswith(KERNELS_LOADED):
+                    loaded.set()
+        except (ValueError, OSError):       # the pipe closed by ``_stop`` once the server has ended
+            pass
+        loaded.set()                        # (the server ended: the check below says so)
+
+    proc.pump = threading.Thread(target=pump, daemon=True)     # (``_stop`` lets it read to the end)
+    proc.pump.start()
+    if not loaded.wait(KERNELS_TIMEOUT_S) or proc.poll() is not None:
+        _stop(proc)
+        raise RuntimeError("the server did not load the engine's kernels:\n" + "\n".join(lines))
+    return proc, address, listening_s, lines
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -67,6 +92,9 @@ def _stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(30)
+    pump = getattr(proc, "pump", None)
+    if pump is not None:
+        pump.join(10)
     if proc.stdout:
         proc.stdout.close()
 
