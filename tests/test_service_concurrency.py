@@ -516,6 +516,8 @@ def test_an_async_subscription_sees_every_frame_applied_once_awaited(make_server
             idle = await c.subscribe("w", timeout=60)       # cancel() ends a loop waiting for a delta
             asyncio.get_running_loop().call_later(0.05, idle.cancel)
             assert [d async for d in idle] == []
+            while (await c.get_world("w")).subscribers:     # the server has dropped the cancelled ones
+                await asyncio.sleep(0.01)
             watched = []
 
             async def watch():
