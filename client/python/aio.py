@@ -117,8 +117,11 @@ class AsyncSubscription:
         self.cancel()
 
     def __del__(self):                  # a loop left with break or return drops its subscription here
-        if not self._call.done():
-            self._call.cancel()
+        try:
+            if not self._call.done():
+                self._call.cancel()
+        except Exception:               # noqa: BLE001 - its loop or channel is gone already: nothing to end
+            pass
 
 
 class AsyncClient(Calls):
