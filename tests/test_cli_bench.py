@@ -92,13 +92,13 @@ def test_the_durability_bench_measures_servers_that_loaded_their_kernels_and_rea
     from sapgrid.tools import bench_durable as bd
     from sapgrid.tools.spawn import KERNELS_LOADED
 
-    proc, address, listening_s, lines = bd._spawn("--data-dir", str(tmp_path / "d"))
+    server, listening_s = bd._spawn("--data-dir", str(tmp_path / "d"))
     try:
-        assert listening_s > 0 and any(line.startswith(KERNELS_LOADED) for line in lines), lines
-        with Client(address, timeout=30) as c:
+        assert listening_s > 0 and any(line.startswith(KERNELS_LOADED) for line in server.lines), server.lines
+        with Client(server.address, timeout=30) as c:
             for k in range(300):
                 c.create_world(f"w{k}", dims=2)
                 c.delete_world(f"w{k}")
     finally:
-        bd._stop(proc)
-    assert sum("world 'w299' deleted" in line for line in lines) == 1
+        server.stop(bd.STOP_TIMEOUT_S)
+    assert sum("world 'w299' deleted" in line for line in server.lines) == 1

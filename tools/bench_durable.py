@@ -25,8 +25,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -36,9 +34,9 @@ import numpy as np
 from sapgrid.client import Client
 
 from . import bench_server as bs
-from .spawn import KERNELS_LOADED
+from .spawn import SpawnedServer
 
-KERNELS_TIMEOUT_S = 1800.0     # a spawned server's kernel load (~1 s from numba's cache; ~8 min into an empty one)
+STOP_TIMEOUT_S = 60.0          # a server's SIGTERM stop before it is killed
 RTT_BLOCK = 20                 # ticks a server streams before the next one's turn
 RTT_BLOCKS_PER_ROUND = 5
 RTT_WARM = 10                  # first ticks of each stream, not counted (JIT paths, connection windows)
@@ -46,57 +44,18 @@ RTT_WARM = 10                  # first ticks of each stream, not counted (JIT pa
 TARGETS = dict(rtt_ratio=1.10, fps_ratio=0.9, snapshot_ms=50.0, restore_ticks=5.0, recovery_s=2.0)
 
 
-def _spawn(*flags: str) -> tuple[subprocess.Popen, str, float, list]:
-    """A server process; (process, address, seconds to listening, its log lines: the list goes on filling).
-    Returns once the server has loaded the engine's kernels (``spawn.KERNELS_LOADED``): its measures
-    never include the load. A thread reads the server's output to its end (an unread pipe that fills up
-    would stall the server's logging, and its frames with it)."""
+def _spawn(*flags: str) -> tuple[SpawnedServer, float]:
+    """A server process (its log lines in ``lines`` too) once it has loaded the engine's kernels (its
+    measures never include the load), and its seconds from the start to listening."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "sapgrid.server", "--listen", "127.0.0.1:0", "--metrics-port", "-1",
-                             "--default-world", "", *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    lines = []
-    for line in proc.stdout:
-        lines.append(line.rstrip("\n"))
-        if "listening on " in line:
-            address, listening_s = line.split("listening on ", 1)[1].split()[0], time.perf_counter() - t0
-            break
-    else:
-        proc.wait(30)
-        raise RuntimeError("the server did not start:\n" + "\n".join(lines))
-    loaded = threading.Event()
-
-    def pump():
-        try:
-            for rest in proc.stdout:
-                lines.append(rest.rstrip("\n"))
-                if rest.startswith(KERNELS_LOADED):
-                    loaded.set()
-        except (ValueError, OSError):       # the pipe closed by ``_stop`` once the server has ended
-            pass
-        loaded.set()                        # (the server ended: the check below says so)
-
-    proc.pump = threading.Thread(target=pump, daemon=True)     # (``_stop`` lets it read to the end)
-    proc.pump.start()
-    if not loaded.wait(KERNELS_TIMEOUT_S) or proc.poll() is not None:
-        _stop(proc)
-        raise RuntimeError("the server did not load the engine's kernels:\n" + "\n".join(lines))
-    return proc, address, listening_s, lines
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
-    pump = getattr(proc, "pump", None)
-    if pump is not None:
-        pump.join(10)
-    if proc.stdout:
-        proc.stdout.close()
+    server = SpawnedServer("--default-world", "", *flags, metrics_port=-1, logs=True)
+    listening_s = time.perf_counter() - t0
+    try:
+        server.wait_kernels()
+    except BaseException:
+        server.stop()
+        raise
+    return server, listening_s
 
 
 def _dir_bytes(path: str) -> int:
@@ -320,13 +279,14 @@ def recovery_of_many(worlds: int = 64, lo: int = 1000, hi: int = 10_000, frames:
 def recovery_after_kill(tr: dict, init, frames, window: int, kill_after: int, snapshot_bytes: int) -> dict:
     """Stream crowd2d-100k into an everysec server, kill -9 it mid-run, restart it: recovery seconds."""
     with tempfile.TemporaryDirectory(prefix="sapgrid-bench-") as tmp:
-        _, _, empty_start, _ = _start_stop(os.path.join(tmp, "empty"))
+        server, empty_start = _spawn("--data-dir", os.path.join(tmp, "empty"))
+        server.stop(STOP_TIMEOUT_S)
         data = os.path.join(tmp, "data")
         flags = ("--data-dir", data, "--fsync", "everysec", "--snapshot-bytes", str(snapshot_bytes))
-        proc, address, _, _ = _spawn(*flags)
+        server, _ = _spawn(*flags)
         answered = 0
         try:
-            with Client(address, timeout=600) as client:
+            with Client(server.address, timeout=600) as client:
                 bs._world(client, init.frame.world, tr)
                 stream = client.stream(init.frame.world)
                 stream.send_request(init)
@@ -335,31 +295,25 @@ def recovery_after_kill(tr: dict, init, frames, window: int, kill_after: int, sn
                     answered += 1
                     if answered >= kill_after:
                         break
-                os.kill(proc.pid, signal.SIGKILL)             # frames in flight
+                os.kill(server.proc.pid, signal.SIGKILL)      # frames in flight
                 try:
                     stream.close()
                 except Exception:
                     pass
         finally:
-            proc.kill()
-            proc.wait(30)
-            proc.stdout.close()
-        proc, address, restart_s, lines = _spawn(*flags)
+            server.proc.kill()
+            server.wait(30)
+        server, restart_s = _spawn(*flags)
         try:
-            with Client(address, timeout=600) as client:
+            with Client(server.address, timeout=600) as client:
                 info = client.get_world(init.frame.world)
         finally:
-            _stop(proc)
-        rec = [float(m.group(1)) for line in lines if (m := re.search(r"recovered: .* in ([0-9.]+) s", line))]
+            server.stop(STOP_TIMEOUT_S)
+        rec = [float(m.group(1)) for line in server.lines
+               if (m := re.search(r"recovered: .* in ([0-9.]+) s", line))]
         return dict(answered=answered + 1, recovered_frames=int(info.frames), objects=int(info.objects),
                     recovery_s=rec[0] if rec else float("nan"), restart_to_serving_s=restart_s,
                     empty_start_s=empty_start)
-
-
-def _start_stop(data_dir: str):
-    proc, address, seconds, lines = _spawn("--data-dir", data_dir)
-    _stop(proc)
-    return proc, address, seconds, lines
 
 
 def run(args) -> int:
@@ -377,8 +331,8 @@ def run(args) -> int:
             for m, flags in modes.items():
                 extra = () if m == "memory" else ("--data-dir", os.path.join(tmp, m), "--snapshot-bytes",
                                                   str(snap_bytes), *flags)
-                servers[m] = _spawn("--echo", *extra)
-            clients = {m: Client(address, timeout=600) for m, (_, address, _, _) in servers.items()}
+                servers[m] = _spawn("--echo", *extra)[0]
+            clients = {m: Client(server.address, timeout=600) for m, server in servers.items()}
             blocks = max(RTT_BLOCKS_PER_ROUND * rounds, ticks // RTT_BLOCK)
             print(f"sapgrid bench --data-dir-compare: crowd2d-{n1} round trip, {blocks} blocks of {RTT_BLOCK} ticks "
                   f"per server, the servers in turn...", flush=True)
@@ -397,7 +351,7 @@ def run(args) -> int:
                 # in turn, the first of each round alternating: a round's two runs share the machine's load
                 for m in ("memory", "everysec") if k % 2 == 0 else ("everysec", "memory"):
                     with DiskWatch(os.path.join(tmp, m)) as watch:
-                        fps, cpu = _fps(clients[m], tr, init, frames, args.window, servers[m][0].pid)
+                        fps, cpu = _fps(clients[m], tr, init, frames, args.window, servers[m].proc.pid)
                     results[m]["fps"].append(fps)
                     results[m]["cpu"].append(cpu)
                     if m == "everysec":
@@ -407,8 +361,8 @@ def run(args) -> int:
             for c in clients.values():
                 c.close()
         finally:
-            for proc, *_ in servers.values():
-                _stop(proc)
+            for server in servers.values():
+                server.stop(STOP_TIMEOUT_S)
     print(f"snapshot and restore of a {n2}-object world (in process)...", flush=True)
     snap = snapshot_in_process(n2, 20, seed)
     print(f"kill -9 of a server streaming crowd2d-{n2}, then recovery...", flush=True)

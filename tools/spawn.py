@@ -18,12 +18,14 @@ KERNELS_LOADED = "sapgrid: engine kernels loaded"
 
 class SpawnedServer:
     """``python -m sapgrid.server`` on a free loopback port; ``address`` once ready; ``stop()`` = SIGTERM.
-    ``kernels_loaded``: set once the server says the engine's kernels are loaded (``server/kernels.py``)."""
+    ``kernels_loaded``: set once the server says the engine's kernels are loaded (``server/kernels.py``).
+    ``lines``: its output, read to the end by a thread; with ``logs``, its log (stderr) too."""
 
-    def __init__(self, *extra: str, listen: str = "127.0.0.1:0", metrics_port: int = 0, timeout: float = 120.0):
+    def __init__(self, *extra: str, listen: str = "127.0.0.1:0", metrics_port: int = 0, timeout: float = 120.0,
+                 logs: bool = False):
         cmd = [sys.executable, "-m", "sapgrid.server", "--listen", listen, "--metrics-port", str(metrics_port), *extra]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if logs else subprocess.DEVNULL,
+                                     text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.address = self.metrics_url = None
         self.lines: list[str] = []
         self.kernels_loaded = threading.Event()
